@@ -1,0 +1,168 @@
+import hashlib
+import secrets
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractUser
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.utils import timezone
+
+from apps.accounts.roles import Role, lower_role, role_rank
+
+
+class User(AbstractUser):
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+
+    @property
+    def effective_role(self) -> str | None:
+        """Superusers are admins whatever their role field says; inactive users have no role."""
+        if not self.is_active:
+            return None
+        return Role.ADMIN if self.is_superuser else self.role
+
+    def has_role(self, role: str) -> bool:
+        return role_rank(self.effective_role) >= role_rank(role)
+
+
+TOKEN_PREFIX = "cpt"
+
+
+def hash_secret(secret: str) -> str:
+    # Tokens are 256 random bits, so a fast digest is as safe as a slow password hash and keeps
+    # every API request cheap.
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
+    def usable(self) -> "ApiTokenQuerySet":
+        now = timezone.now()
+        return self.filter(revoked_at__isnull=True, user__is_active=True).filter(
+            models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now)
+        )
+
+
+class ApiToken(models.Model):
+    """A named credential for automation, scoped to a role no higher than its owner's.
+
+    The secret is shown once, when the token is created; only its SHA-256 digest is stored. The
+    first characters (``key_id``) are stored in clear to find the row and to tell tokens apart.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    key_id = models.CharField(max_length=16, unique=True, editable=False)
+    secret_hash = models.CharField(max_length=64, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_used_ip = models.GenericIPAddressField(null=True, blank=True, editable=False)
+
+    objects = ApiTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [models.UniqueConstraint(fields=["user", "name"], name="api_token_unique_name_per_user")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({TOKEN_PREFIX}_{self.key_id}…)"
+
+    def clean(self) -> None:
+        if self.user_id and role_rank(self.role) > role_rank(self.user.effective_role):
+            raise ValidationError(
+                {"role": f"A token cannot have more rights than its owner ({self.user.effective_role})."}
+            )
+
+    @classmethod
+    def issue(cls, *, user: User, name: str, role: str, expires_at: Any = None) -> tuple["ApiToken", str]:
+        """Create a token and return it with its clear-text value, which is never stored."""
+        key_id = secrets.token_hex(4)
+        secret = secrets.token_urlsafe(32)
+        token = cls(
+            user=user, name=name, role=role, key_id=key_id, secret_hash=hash_secret(secret), expires_at=expires_at
+        )
+        token.full_clean()
+        token.save()
+        return token, f"{TOKEN_PREFIX}_{key_id}_{secret}"
+
+    @classmethod
+    def authenticate(cls, presented: str) -> "ApiToken | None":
+        prefix, _, rest = presented.partition("_")
+        key_id, _, secret = rest.partition("_")
+        if prefix != TOKEN_PREFIX or not key_id or not secret:
+            return None
+        token = cls.objects.usable().select_related("user").filter(key_id=key_id).first()
+        if token is None or not secrets.compare_digest(token.secret_hash, hash_secret(secret)):
+            return None
+        return token
+
+    @property
+    def is_usable(self) -> bool:
+        now = timezone.now()
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now) and self.user.is_active
+
+    @property
+    def effective_role(self) -> str | None:
+        """The lower of the token's scope and its owner's current role: demoting a user demotes their tokens."""
+        owner_role = self.user.effective_role
+        return lower_role(self.role, owner_role) if owner_role else None
+
+    def revoke(self) -> None:
+        if self.revoked_at is None:
+            self.revoked_at = timezone.now()
+            self.save(update_fields=["revoked_at"])
+
+    def record_use(self, ip: str | None) -> None:
+        """Note the use at most once a minute, so a busy script does not write on every request."""
+        now = timezone.now()
+        resolution = timedelta(seconds=settings.API_TOKEN_LAST_USED_RESOLUTION_S)
+        if self.last_used_at is None or now - self.last_used_at >= resolution or self.last_used_ip != ip:
+            ApiToken.objects.filter(pk=self.pk).update(last_used_at=now, last_used_ip=ip)
+            self.last_used_at, self.last_used_ip = now, ip
+
+
+class AuditLogEntryQuerySet(models.QuerySet["AuditLogEntry"]):
+    def older_than(self, days: int) -> "AuditLogEntryQuerySet":
+        return self.filter(timestamp__lt=timezone.now() - timedelta(days=days))
+
+
+class AuditLogEntry(models.Model):
+    """Who did what, when and from where. One row per state-changing request or command.
+
+    Rows are written outside the request's transaction, so a refused or failed change is
+    recorded too (with its status code).
+    """
+
+    timestamp = models.DateTimeField(default=timezone.now, db_index=True)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    token = models.ForeignKey(ApiToken, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    actor = models.CharField(
+        max_length=150, help_text="Username, 'anonymous', or 'system:<command>' at the time of the action."
+    )
+    action = models.CharField(
+        max_length=100, db_index=True, help_text="What was done, e.g. 'node.quarantine' or 'POST /api/v1/nodes/'."
+    )
+    method = models.CharField(max_length=10, blank=True)
+    path = models.CharField(max_length=500, blank=True)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    object_type = models.CharField(max_length=100, blank=True)
+    object_id = models.CharField(max_length=100, blank=True)
+    object_repr = models.CharField(max_length=200, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+    remote_addr = models.GenericIPAddressField(null=True, blank=True)
+    user_agent = models.CharField(max_length=300, blank=True)
+
+    objects = AuditLogEntryQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-timestamp", "-id"]
+        verbose_name_plural = "audit log entries"
+        indexes = [models.Index(fields=["object_type", "object_id"])]
+
+    def __str__(self) -> str:
+        return f"{self.timestamp:%Y-%m-%d %H:%M:%S} {self.actor} {self.action}"

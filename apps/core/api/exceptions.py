@@ -1,0 +1,26 @@
+"""One error shape for the whole API, and no 500 for a database refusal the client caused."""
+
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import IntegrityError
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+
+class Conflict(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "The request conflicts with the current state of the resource."
+    default_code = "conflict"
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, DjangoValidationError):
+        detail = exc.message_dict if hasattr(exc, "error_dict") else {"detail": exc.messages}
+        exc = exceptions.ValidationError(detail)
+    elif isinstance(exc, IntegrityError):
+        # A unique or foreign-key constraint the serializer could not see in advance (a race
+        # between two writers): the transaction is rolled back, so nothing was half-written.
+        exc = Conflict(f"The database refused the change: {exc}".splitlines()[0])
+    return drf_exception_handler(exc, context)

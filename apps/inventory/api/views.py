@@ -1,0 +1,240 @@
+from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.accounts.audit import describe
+from apps.accounts.roles import Role
+from apps.core.api.exceptions import Conflict
+from apps.core.api.viewsets import BaseModelViewSet
+from apps.inventory import filtersets
+from apps.inventory.api import serializers as s
+from apps.inventory.bandwidth import theoretical_busbw
+from apps.inventory.choices import Lifecycle
+from apps.inventory.models import (
+    Cluster,
+    Fabric,
+    Gpu,
+    IllegalTransition,
+    Link,
+    NetworkPort,
+    Node,
+    NodeTransition,
+    NodeType,
+    NvLink,
+    PortTemplate,
+    Rack,
+    Switch,
+    SwitchPort,
+)
+from apps.inventory.models.fabric import trace_port
+
+
+class ClusterViewSet(BaseModelViewSet):
+    queryset = Cluster.objects.all()
+    serializer_class = s.ClusterSerializer
+    filterset_class = filtersets.ClusterFilterSet
+    ordering_fields = ["name", "created_at"]
+
+
+class NodeTypeViewSet(BaseModelViewSet):
+    queryset = NodeType.objects.all()
+    serializer_class = s.NodeTypeSerializer
+    filterset_class = filtersets.NodeTypeFilterSet
+    ordering_fields = ["name", "gpu_model"]
+
+
+class PortTemplateViewSet(BaseModelViewSet):
+    queryset = PortTemplate.objects.all()
+    serializer_class = s.PortTemplateSerializer
+    filterset_fields = ["node_type", "kind"]
+
+
+class RackViewSet(BaseModelViewSet):
+    queryset = Rack.objects.select_related("cluster")
+    serializer_class = s.RackSerializer
+    filterset_class = filtersets.RackFilterSet
+    ordering_fields = ["name"]
+
+
+# Each lifecycle action: the state it moves a node to and the role it needs.
+LIFECYCLE_ACTIONS: dict[str, tuple[str, str]] = {
+    "start_burn_in": (Lifecycle.BURN_IN, Role.OPERATOR),
+    "quarantine": (Lifecycle.QUARANTINED, Role.OPERATOR),
+    "drain": (Lifecycle.DRAINED, Role.OPERATOR),
+    "return_to_service": (Lifecycle.IN_SERVICE, Role.OPERATOR),
+    "retire": (Lifecycle.RETIRED, Role.ADMIN),
+}
+
+
+def lifecycle_action(name: str, target: str) -> object:
+    """A POST action that moves a node to ``target``; the role it needs is in LIFECYCLE_ACTIONS."""
+
+    def perform(self: "NodeViewSet", request: Request, pk: str | None = None) -> Response:
+        node = self.get_object()
+        body = s.TransitionRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        reason = body.validated_data.get("reason", "")
+        describe(request, f"node.{name}", node, reason=reason, from_state=node.lifecycle, to_state=target)
+        try:
+            node.transition(target, actor=request.user.get_username(), user=request.user, reason=reason)
+        except IllegalTransition as exc:
+            raise Conflict(str(exc)) from exc
+        return Response(s.NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
+
+    perform.__name__ = name  # DRF routes an action by its function's name
+    route = action(detail=True, methods=["post"], url_path=name.replace("_", "-"), url_name=name.replace("_", "-"))
+    schema = extend_schema(
+        request=s.TransitionRequestSerializer,
+        responses={200: s.NodeSerializer},
+        summary=f"Move the node to {Lifecycle(target).label.lower()}",
+        description="Refused with 409 and an explanation when the state machine does not allow it.",
+    )
+    return schema(route(perform))
+
+
+class NodeViewSet(BaseModelViewSet):
+    queryset = Node.objects.with_related()
+    serializer_class = s.NodeSerializer
+    filterset_class = filtersets.NodeFilterSet
+    ordering_fields = ["hostname", "lifecycle", "liveness", "last_seen_at", "created_at", "rack_position"]
+    action_roles = {name: role for name, (_, role) in LIFECYCLE_ACTIONS.items()}
+
+    start_burn_in = lifecycle_action("start_burn_in", Lifecycle.BURN_IN)
+    quarantine = lifecycle_action("quarantine", Lifecycle.QUARANTINED)
+    drain = lifecycle_action("drain", Lifecycle.DRAINED)
+    return_to_service = lifecycle_action("return_to_service", Lifecycle.IN_SERVICE)
+    retire = lifecycle_action("retire", Lifecycle.RETIRED)
+
+    def perform_create(self, serializer: serializers.BaseSerializer) -> None:
+        super().perform_create(serializer)
+        node = serializer.instance
+        NodeTransition.objects.create(
+            node=node,
+            from_state="",
+            to_state=node.lifecycle,
+            actor=self.request.user.get_username(),
+            user=self.request.user,
+            reason="created through the API",
+        )
+
+    @extend_schema(responses=s.NodeTransitionSerializer(many=True), summary="Lifecycle history, newest first")
+    @action(detail=True, methods=["get"])
+    def history(self, request: Request, pk: str | None = None) -> Response:
+        node = self.get_object()
+        return Response(s.NodeTransitionSerializer(node.transitions.select_related("node"), many=True).data)
+
+    @extend_schema(responses=s.NvLinkMatrixSerializer, summary="NVLink matrix (nvidia-smi topo -m)")
+    @action(detail=True, methods=["get"], url_path="nvlink-matrix")
+    def nvlink_matrix(self, request: Request, pk: str | None = None) -> Response:
+        return Response(self.get_object().nvlink_matrix())
+
+    @extend_schema(responses=s.NodeSerializer(many=True), summary="Other nodes under the same leaf switch")
+    @action(detail=True, methods=["get"])
+    def siblings(self, request: Request, pk: str | None = None) -> Response:
+        siblings = Node.objects.with_related().filter(pk__in=self.get_object().siblings_under_leaf().values("pk"))
+        return Response(s.NodeSerializer(siblings, many=True).data)
+
+
+class NodeTransitionViewSet(BaseModelViewSet):
+    queryset = NodeTransition.objects.select_related("node")
+    serializer_class = s.NodeTransitionSerializer
+    filterset_class = filtersets.NodeTransitionFilterSet
+    http_method_names = ["get", "head", "options"]
+
+
+class GpuViewSet(BaseModelViewSet):
+    queryset = Gpu.objects.select_related("node")
+    serializer_class = s.GpuSerializer
+    filterset_class = filtersets.GpuFilterSet
+    ordering_fields = ["node__hostname", "index", "uuid", "state"]
+
+
+class NetworkPortViewSet(BaseModelViewSet):
+    queryset = NetworkPort.objects.select_related("node", "_peer_switch_port__switch")
+    serializer_class = s.NetworkPortSerializer
+    filterset_class = filtersets.NetworkPortFilterSet
+    ordering_fields = ["node__hostname", "device_name", "port_num", "rate_gbps", "link_state"]
+
+    @extend_schema(responses=s.TraceHopSerializer(many=True), summary="Trace the port's path up the fabric")
+    @action(detail=True, methods=["get"])
+    def trace(self, request: Request, pk: str | None = None) -> Response:
+        return Response(trace_port(self.get_object()))
+
+
+class FabricViewSet(BaseModelViewSet):
+    queryset = Fabric.objects.all()
+    serializer_class = s.FabricSerializer
+    filterset_class = filtersets.FabricFilterSet
+    ordering_fields = ["name", "kind"]
+
+
+class SwitchViewSet(BaseModelViewSet):
+    queryset = Switch.objects.select_related("fabric")
+    serializer_class = s.SwitchSerializer
+    filterset_class = filtersets.SwitchFilterSet
+    ordering_fields = ["name", "tier"]
+
+    @extend_schema(responses=s.NodeSerializer(many=True), summary="Nodes cabled to this switch")
+    @action(detail=True, methods=["get"])
+    def nodes(self, request: Request, pk: str | None = None) -> Response:
+        nodes = Node.objects.with_related().filter(pk__in=Node.objects.under_switch(self.get_object()).values("pk"))
+        return Response(s.NodeSerializer(nodes, many=True).data)
+
+
+class SwitchPortViewSet(BaseModelViewSet):
+    queryset = SwitchPort.objects.select_related("switch")
+    serializer_class = s.SwitchPortSerializer
+    filterset_class = filtersets.SwitchPortFilterSet
+    ordering_fields = ["switch__name", "name"]
+
+
+class LinkViewSet(BaseModelViewSet):
+    queryset = Link.objects.prefetch_related("terminations__network_port__node", "terminations__switch_port__switch")
+    serializer_class = s.LinkSerializer
+    filterset_class = filtersets.LinkFilterSet
+
+
+class NvLinkViewSet(BaseModelViewSet):
+    queryset = NvLink.objects.select_related("_node", "gpu_a", "gpu_b")
+    serializer_class = s.NvLinkSerializer
+    filterset_class = filtersets.NvLinkFilterSet
+
+
+class BusBandwidthView(APIView):
+    """Theoretical all-reduce bus bandwidth of a set of nodes, from the fabric's slowest link."""
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "hostname", OpenApiTypes.STR, many=True, description="Hostnames (repeat or comma-separate)."
+            ),
+            OpenApiParameter("cluster", OpenApiTypes.INT, description="Every in-service node of this cluster."),
+        ],
+        responses=s.BusBandwidthSerializer,
+    )
+    def get(self, request: Request) -> Response:
+        nodes: QuerySet[Node] = Node.objects.none()
+        hostnames = [
+            h.strip() for value in request.query_params.getlist("hostname") for h in value.split(",") if h.strip()
+        ]
+        if hostnames:
+            nodes = Node.objects.filter(hostname__in=hostnames)
+            missing = sorted(set(hostnames) - set(nodes.values_list("hostname", flat=True)))
+            if missing:
+                raise serializers.ValidationError({"hostname": f"Unknown hostnames: {', '.join(missing)}."})
+        elif request.query_params.get("cluster"):
+            cluster = get_object_or_404(
+                Cluster, pk=serializers.IntegerField().to_internal_value(request.query_params["cluster"])
+            )
+            nodes = cluster.nodes.filter(lifecycle=Lifecycle.IN_SERVICE)
+        else:
+            raise serializers.ValidationError({"hostname": "Give hostname=... (one or more) or cluster=<id>."})
+        if not nodes.exists():
+            raise serializers.ValidationError({"detail": "No nodes match."})
+        return Response(theoretical_busbw(nodes).as_dict())

@@ -1,0 +1,264 @@
+"""Fabrics, switches and the links between endpoints.
+
+Network links follow NetBox's cable model: a Link row with an A and a B termination, each one a
+node's NetworkPort or a SwitchPort; a port can terminate at most one link. In-chassis NVLink is a
+second kind of link (NvLink) between two GPUs of one node, with its lane count and bandwidth.
+Both answer ``gbs_per_direction`` and ``is_up``, which is all the bandwidth arithmetic needs.
+"""
+
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import Q
+
+from apps.inventory.choices import FabricKind, FabricTopology, LinkState, LinkStatus, SwitchTier
+from apps.inventory.models.clusters import Cluster, Rack
+from apps.inventory.models.nodes import Gpu, NetworkPort, Node
+
+
+class Fabric(models.Model):
+    name = models.SlugField(max_length=64, unique=True)
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="fabrics")
+    kind = models.CharField(max_length=16, choices=FabricKind.choices)
+    topology = models.CharField(max_length=16, choices=FabricTopology.choices)
+    oversubscription_ratio = models.DecimalField(
+        max_digits=5,
+        decimal_places=2,
+        default=1,
+        help_text="Downlink to uplink bandwidth at the leaf: 1.00 is non-blocking, 2.00 is 2:1.",
+    )
+    description = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(oversubscription_ratio__gte=1), name="fabric_oversubscription_at_least_1"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Switch(models.Model):
+    name = models.CharField(max_length=64, unique=True)
+    fabric = models.ForeignKey(Fabric, on_delete=models.PROTECT, related_name="switches")
+    tier = models.CharField(max_length=8, choices=SwitchTier.choices)
+    model = models.CharField(max_length=64, blank=True, help_text="e.g. NVIDIA QM9700")
+    rack = models.ForeignKey(Rack, on_delete=models.SET_NULL, null=True, blank=True, related_name="switches")
+    management_address = models.GenericIPAddressField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["fabric", "tier", "name"]
+        verbose_name_plural = "switches"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def uplink_downlink_gbps(self) -> tuple[int, int]:
+        """Bandwidth of connected links towards higher tiers and towards nodes or lower tiers."""
+        rank = {SwitchTier.LEAF: 0, SwitchTier.SPINE: 1, SwitchTier.CORE: 2}
+        up = down = 0
+        for port in self.ports.filter(_link__isnull=False, _link__status=LinkStatus.CONNECTED).select_related(
+            "_peer_switch_port__switch"
+        ):
+            peer = port._peer_switch_port
+            if peer is not None and rank[peer.switch.tier] > rank[self.tier]:
+                up += port.rate_gbps
+            else:
+                down += port.rate_gbps
+        return up, down
+
+
+class SwitchPort(models.Model):
+    switch = models.ForeignKey(Switch, on_delete=models.CASCADE, related_name="ports")
+    name = models.CharField(max_length=32, help_text="As the switch names it, e.g. '1/12' or 'p12'.")
+    rate_gbps = models.PositiveIntegerField()
+    link_state = models.CharField(max_length=16, choices=LinkState.choices, default=LinkState.UNKNOWN)
+    _link = models.ForeignKey(
+        "Link", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", editable=False
+    )
+    _peer_switch_port = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", editable=False
+    )
+    _peer_network_port = models.ForeignKey(
+        NetworkPort, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", editable=False
+    )
+
+    class Meta:
+        ordering = ["switch", "name"]
+        constraints = [models.UniqueConstraint(fields=["switch", "name"], name="switch_port_unique_name")]
+
+    def __str__(self) -> str:
+        return f"{self.switch}:{self.name}"
+
+
+class LinkEnd(models.TextChoices):
+    A = "A", "A"
+    B = "B", "B"
+
+
+class Link(models.Model):
+    """A cable: between a node port and a switch port, two switch ports, or two node ports."""
+
+    status = models.CharField(max_length=16, choices=LinkStatus.choices, default=LinkStatus.CONNECTED)
+    label = models.CharField(max_length=64, blank=True)
+    cable_type = models.CharField(max_length=32, blank=True, help_text="e.g. 'OSFP AOC 30m', 'DAC 2m'.")
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        ends = {t.end: t.endpoint for t in self.terminations.all()}
+        return f"{ends.get(LinkEnd.A, '?')} ↔ {ends.get(LinkEnd.B, '?')}"
+
+    def ends(self) -> tuple[NetworkPort | SwitchPort | None, NetworkPort | SwitchPort | None]:
+        ends = {t.end: t.endpoint for t in self.terminations.all()}
+        return ends.get(LinkEnd.A), ends.get(LinkEnd.B)
+
+    @property
+    def gbps(self) -> int:
+        """A cable runs at the slower of its two ports."""
+        return min((end.rate_gbps for end in self.ends() if end is not None), default=0)
+
+    @property
+    def gbs_per_direction(self) -> float:
+        return self.gbps / 8
+
+    @property
+    def is_up(self) -> bool:
+        return self.status == LinkStatus.CONNECTED and all(
+            end is not None and end.link_state in (LinkState.ACTIVE, LinkState.UNKNOWN) for end in self.ends()
+        )
+
+
+class LinkTermination(models.Model):
+    link = models.ForeignKey(Link, on_delete=models.CASCADE, related_name="terminations")
+    end = models.CharField(max_length=1, choices=LinkEnd.choices)
+    network_port = models.OneToOneField(
+        NetworkPort, null=True, blank=True, on_delete=models.CASCADE, related_name="termination"
+    )
+    switch_port = models.OneToOneField(
+        SwitchPort, null=True, blank=True, on_delete=models.CASCADE, related_name="termination"
+    )
+
+    class Meta:
+        ordering = ["link", "end"]
+        constraints = [
+            models.UniqueConstraint(fields=["link", "end"], name="link_termination_one_per_end"),
+            models.CheckConstraint(
+                condition=(Q(network_port__isnull=False) & Q(switch_port__isnull=True))
+                | (Q(network_port__isnull=True) & Q(switch_port__isnull=False)),
+                name="link_termination_exactly_one_endpoint",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.link_id}{self.end}: {self.endpoint}"
+
+    @property
+    def endpoint(self) -> NetworkPort | SwitchPort:
+        return self.network_port or self.switch_port  # type: ignore[return-value]
+
+
+class NvLink(models.Model):
+    """NVLink between two GPUs of one node, direct or through the node's NVSwitches."""
+
+    gpu_a = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="+")
+    gpu_b = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="+")
+    lanes = models.PositiveSmallIntegerField(help_text="NVLink lanes between the pair (nvidia-smi topo: NV18 = 18).")
+    bandwidth_gbs = models.PositiveIntegerField(help_text="Total bandwidth between the pair, both directions, GB/s.")
+    link_state = models.CharField(max_length=16, choices=LinkState.choices, default=LinkState.ACTIVE)
+    _node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+", editable=False)
+
+    class Meta:
+        ordering = ["_node", "gpu_a__index", "gpu_b__index"]
+        verbose_name = "NVLink"
+        constraints = [
+            models.UniqueConstraint(fields=["gpu_a", "gpu_b"], name="nvlink_unique_pair"),
+            models.CheckConstraint(condition=Q(gpu_a__lt=models.F("gpu_b")), name="nvlink_ordered_pair"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_a} ↔ {self.gpu_b} NV{self.lanes}"
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        if self.gpu_a_id and self.gpu_b_id and self.gpu_a_id > self.gpu_b_id:
+            self.gpu_a, self.gpu_b = self.gpu_b, self.gpu_a
+        self._node_id = self.gpu_a.node_id
+        super().save(*args, **kwargs)  # type: ignore[arg-type]
+
+    def clean(self) -> None:
+        if self.gpu_a_id and self.gpu_b_id:
+            if self.gpu_a_id == self.gpu_b_id:
+                raise ValidationError("An NVLink joins two different GPUs.")
+            if self.gpu_a.node_id != self.gpu_b.node_id:
+                raise ValidationError("NVLink joins GPUs of one node; between nodes use the network fabric.")
+
+    @property
+    def gbs_per_direction(self) -> float:
+        return self.bandwidth_gbs / 2
+
+    @property
+    def is_up(self) -> bool:
+        return self.link_state == LinkState.ACTIVE
+
+
+def trace_port(port: NetworkPort) -> list[dict[str, object]]:
+    """The path from a node's port up the fabric: port, cable, switch port, switch, and that
+    switch's uplinks to the next tier (the way a packet leaves the node)."""
+    hops: list[dict[str, object]] = [
+        {
+            "kind": "network_port",
+            "id": port.pk,
+            "name": str(port),
+            "detail": f"{port.rate_gbps} Gb/s, {port.link_state}",
+        }
+    ]
+    if port._link_id is None:
+        return hops
+    link = Link.objects.get(pk=port._link_id)
+    hops.append(
+        {
+            "kind": "link",
+            "id": link.pk,
+            "name": link.label or f"link {link.pk}",
+            "detail": f"{link.status} {link.cable_type}".strip(),
+        }
+    )
+    if port._peer_network_port_id:
+        peer = NetworkPort.objects.select_related("node").get(pk=port._peer_network_port_id)
+        hops.append(
+            {
+                "kind": "network_port",
+                "id": peer.pk,
+                "name": str(peer),
+                "detail": f"{peer.rate_gbps} Gb/s, {peer.link_state}",
+            }
+        )
+        return hops
+    if port._peer_switch_port_id is None:
+        return hops
+    switch_port = SwitchPort.objects.select_related("switch__fabric").get(pk=port._peer_switch_port_id)
+    switch = switch_port.switch
+    hops.append(
+        {
+            "kind": "switch_port",
+            "id": switch_port.pk,
+            "name": str(switch_port),
+            "detail": f"{switch_port.rate_gbps} Gb/s",
+        }
+    )
+    hops.append({"kind": "switch", "id": switch.pk, "name": switch.name, "detail": f"{switch.tier} in {switch.fabric}"})
+    uplinks = switch.ports.filter(_peer_switch_port__isnull=False).select_related("_peer_switch_port__switch")
+    for uplink in uplinks:
+        peer_switch = uplink._peer_switch_port.switch
+        hops.append(
+            {
+                "kind": "uplink",
+                "id": uplink.pk,
+                "name": f"{uplink} → {uplink._peer_switch_port}",
+                "detail": f"{peer_switch.tier}, {uplink.rate_gbps} Gb/s",
+            }
+        )
+    return hops
