@@ -1,0 +1,275 @@
+"""Every message between a node agent and the control plane, validated on both sides.
+
+One module, imported by the agent (which never imports Django) and by the server's gateway
+consumer, so the two cannot drift apart. Messages are JSON objects with a ``type`` tag, encoded
+and decoded with msgspec, which rejects unknown fields, wrong types, NaN and infinity, and any
+value outside the ranges declared here; ``decode_agent_message`` turns all of those into a
+``ProtocolError`` with a code and a message naming the field, for the server's error reply.
+
+A field a GPU does not support is absent (None), never zero.
+"""
+
+from typing import Annotated, Final, Literal
+
+import msgspec
+
+PROTOCOL_VERSION: Final = 1
+MAX_FRAME_BYTES: Final = 1 << 20  # 1 MiB: a replayed backlog is sent in several frames
+MAX_GPUS_PER_NODE: Final = 72  # NVL72 racks are the largest NVLink domain shipping
+MAX_PORTS_PER_NODE: Final = 64
+MAX_SAMPLES_PER_FRAME: Final = 600
+MAX_EVENTS_PER_FRAME: Final = 1000
+
+# Numeric ranges. NVML and sysfs counters are unsigned 64-bit; msgspec bounds are int64, and no real
+# counter reaches 2**63.
+Counter = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+Percent = Annotated[float, msgspec.Meta(ge=0, le=100)]
+Celsius = Annotated[float, msgspec.Meta(ge=-40, le=150)]
+Watts = Annotated[float, msgspec.Meta(ge=0, le=5000)]
+Megahertz = Annotated[int, msgspec.Meta(ge=0, le=10_000)]
+Mebibytes = Annotated[int, msgspec.Meta(ge=0, le=4 * 1024 * 1024)]
+Gbps = Annotated[float, msgspec.Meta(ge=0, le=10_000)]
+KBps = Annotated[int, msgspec.Meta(ge=0, le=10**10)]
+GpuIndex = Annotated[int, msgspec.Meta(ge=0, lt=MAX_GPUS_PER_NODE)]
+Timestamp = Annotated[float, msgspec.Meta(ge=1_500_000_000, le=4_102_444_800)]  # 2017 .. 2100, seconds
+Seq = Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
+ShortText = Annotated[str, msgspec.Meta(max_length=128)]
+Hostname = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")
+]
+GpuUuid = Annotated[
+    str, msgspec.Meta(pattern=r"^GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+]
+PortState = Literal["active", "down", "init", "polling", "unknown"]
+
+
+class Message(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
+    """Base of every message; the subclass's tag is the JSON ``type`` field."""
+
+
+# Inventory (agent → server, on connect and whenever it changes) ---------------------------------
+
+
+class NvLinkPeer(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    link: Annotated[int, msgspec.Meta(ge=0, lt=64)]
+    active: bool
+    peer_pci_bus_id: ShortText | None = None  # a peer GPU or an NVSwitch
+
+
+class GpuInfo(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    index: GpuIndex
+    uuid: GpuUuid
+    name: ShortText
+    serial: ShortText | None = None
+    memory_mib: Mebibytes | None = None
+    pci_bus_id: ShortText | None = None
+    power_limit_w: Watts | None = None
+    pcie_gen: Annotated[int, msgspec.Meta(ge=1, le=7)] | None = None
+    pcie_width: Annotated[int, msgspec.Meta(ge=1, le=32)] | None = None
+    nvlinks: list[NvLinkPeer] = []
+
+
+class PortInfo(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    device: Annotated[str, msgspec.Meta(min_length=1, max_length=32)]
+    port: Annotated[int, msgspec.Meta(ge=1, le=255)]
+    kind: Literal["infiniband", "roce", "ethernet"]
+    rate_gbps: Gbps
+    state: PortState
+    physical_state: ShortText | None = None
+    guid: ShortText | None = None
+
+
+class HostFacts(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    hostname: Hostname
+    driver_version: ShortText | None = None
+    cuda_version: ShortText | None = None
+    kernel: ShortText | None = None
+    os: ShortText | None = None
+    cpu_model: ShortText | None = None
+    cpu_count: Annotated[int, msgspec.Meta(ge=1, le=4096)] | None = None
+    memory_gib: Annotated[float, msgspec.Meta(ge=0, le=1 << 20)] | None = None
+
+
+class Inventory(Message, tag="inventory"):
+    host: HostFacts
+    gpus: Annotated[list[GpuInfo], msgspec.Meta(max_length=MAX_GPUS_PER_NODE)]
+    ports: Annotated[list[PortInfo], msgspec.Meta(max_length=MAX_PORTS_PER_NODE)]
+
+
+# Telemetry (agent → server, every interval; replayed from the buffer after a disconnect) --------
+
+
+class GpuSample(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, array_like=False):
+    index: GpuIndex
+    util_gpu: Percent | None = None
+    util_mem: Percent | None = None
+    mem_used_mib: Mebibytes | None = None
+    temp_c: Celsius | None = None
+    power_w: Watts | None = None
+    power_limit_w: Watts | None = None
+    sm_clock_mhz: Megahertz | None = None
+    mem_clock_mhz: Megahertz | None = None
+    throttle_reasons: Counter | None = None  # NVML clocks-event-reasons bitmask
+    ecc_corrected_volatile: Counter | None = None
+    ecc_uncorrected_volatile: Counter | None = None
+    ecc_corrected_aggregate: Counter | None = None
+    ecc_uncorrected_aggregate: Counter | None = None
+    retired_pages_pending: bool | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failed: bool | None = None
+    remapped_rows_correctable: Counter | None = None
+    remapped_rows_uncorrectable: Counter | None = None
+    pcie_replay_count: Counter | None = None
+    nvlink_crc_errors: Counter | None = None
+    nvlink_replay_errors: Counter | None = None
+    nvlink_recovery_errors: Counter | None = None
+    pcie_tx_kbps: KBps | None = None
+    pcie_rx_kbps: KBps | None = None
+    nvlink_tx_kbps: KBps | None = None
+    nvlink_rx_kbps: KBps | None = None
+    recovery_action: Annotated[int, msgspec.Meta(ge=0, le=16)] | None = None  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+
+
+class PortSample(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    device: Annotated[str, msgspec.Meta(min_length=1, max_length=32)]
+    port: Annotated[int, msgspec.Meta(ge=1, le=255)]
+    state: PortState
+    rate_gbps: Gbps | None = None
+    tx_gbps: Gbps | None = None
+    rx_gbps: Gbps | None = None
+    symbol_errors: Counter | None = None
+    link_downed: Counter | None = None
+    rcv_errors: Counter | None = None
+
+
+class NodeSample(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    ts: Timestamp
+    gpus: Annotated[list[GpuSample], msgspec.Meta(max_length=MAX_GPUS_PER_NODE)]
+    ports: Annotated[list[PortSample], msgspec.Meta(max_length=MAX_PORTS_PER_NODE)] = []
+
+
+class Telemetry(Message, tag="telemetry"):
+    """One or more samples, numbered: the server acknowledges by ``seq`` and drops a seq it has."""
+
+    seq: Seq
+    samples: Annotated[list[NodeSample], msgspec.Meta(min_length=1, max_length=MAX_SAMPLES_PER_FRAME)]
+
+
+class GpuEvent(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    ts: Timestamp
+    kind: Literal["xid", "ecc", "thermal", "pcie", "nvlink", "port"]
+    gpu_index: GpuIndex | None = None
+    port_device: ShortText | None = None
+    xid: Annotated[int, msgspec.Meta(ge=1, le=1000)] | None = None
+    data: Annotated[str, msgspec.Meta(max_length=1024)] = ""
+
+
+class Events(Message, tag="events"):
+    seq: Seq
+    events: Annotated[list[GpuEvent], msgspec.Meta(min_length=1, max_length=MAX_EVENTS_PER_FRAME)]
+
+
+class Hello(Message, tag="hello"):
+    protocol: Annotated[int, msgspec.Meta(ge=1)]
+    agent_version: ShortText
+    hostname: Hostname
+    simulated: bool = False
+    buffered_samples: Annotated[int, msgspec.Meta(ge=0)] = 0
+
+
+class Heartbeat(Message, tag="heartbeat"):
+    ts: Timestamp
+    buffered_samples: Annotated[int, msgspec.Meta(ge=0)] = 0
+
+
+AgentMessage = Hello | Inventory | Telemetry | Events | Heartbeat
+
+
+# Server → agent ------------------------------------------------------------------------------
+
+
+class Welcome(Message, tag="welcome"):
+    node_id: int
+    hostname: Hostname
+    telemetry_interval_s: Annotated[float, msgspec.Meta(ge=0.1, le=3600)]
+    last_telemetry_seq: Annotated[int, msgspec.Meta(ge=0)]  # the agent drops what the server already has
+    last_events_seq: Annotated[int, msgspec.Meta(ge=0)]
+
+
+class Ack(Message, tag="ack"):
+    stream: Literal["telemetry", "events"]
+    seq: Annotated[int, msgspec.Meta(ge=0)]
+
+
+ErrorCode = Literal[
+    "malformed", "unknown_type", "invalid", "oversize", "protocol_version", "forbidden", "not_ready", "internal"
+]
+
+
+class Error(Message, tag="error"):
+    code: ErrorCode
+    message: Annotated[str, msgspec.Meta(max_length=2000)]
+    seq: int | None = None  # the frame's seq when it had one, so the agent knows what was refused
+
+
+ServerMessage = Welcome | Ack | Error
+
+
+# Encoding and decoding ----------------------------------------------------------------------
+
+
+class ProtocolError(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code: ErrorCode = code
+        self.message = message
+
+    def reply(self) -> Error:
+        return Error(code=self.code, message=self.message)
+
+
+_encoder = msgspec.json.Encoder()
+_agent_decoder = msgspec.json.Decoder(AgentMessage)
+_server_decoder = msgspec.json.Decoder(ServerMessage)
+_AGENT_TAGS = frozenset(t.__struct_config__.tag for t in AgentMessage.__args__)
+
+
+def encode(message: Message) -> bytes:
+    return _encoder.encode(message)
+
+
+def _decode(frame: bytes | str, decoder: msgspec.json.Decoder, tags: frozenset[str]) -> Message:
+    if len(frame) > MAX_FRAME_BYTES:
+        raise ProtocolError("oversize", f"Frame of {len(frame)} bytes exceeds the {MAX_FRAME_BYTES}-byte limit.")
+    try:
+        return decoder.decode(frame)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        if "Invalid value" in text and "$.type" in text:
+            kind = _peek_type(frame)
+            raise ProtocolError(
+                "unknown_type", f"Unknown message type {kind!r}; expected one of {sorted(tags)}."
+            ) from exc
+        raise ProtocolError("invalid", text) from exc
+    except msgspec.DecodeError as exc:
+        raise ProtocolError("malformed", f"Not a JSON message: {exc}") from exc
+
+
+def _peek_type(frame: bytes | str) -> object:
+    try:
+        return msgspec.json.decode(frame).get("type")
+    except (msgspec.DecodeError, AttributeError):
+        return None
+
+
+def decode_agent_message(frame: bytes | str) -> AgentMessage:
+    """Server side: a frame from an agent, or ProtocolError with a code and a clear message."""
+    return _decode(frame, _agent_decoder, _AGENT_TAGS)  # type: ignore[return-value]
+
+
+_SERVER_TAGS = frozenset(t.__struct_config__.tag for t in ServerMessage.__args__)
+
+
+def decode_server_message(frame: bytes | str) -> ServerMessage:
+    """Agent side: a frame from the server."""
+    return _decode(frame, _server_decoder, _SERVER_TAGS)  # type: ignore[return-value]
