@@ -111,9 +111,7 @@ class NodeViewSet(BaseModelViewSet):
     return_to_service = lifecycle_action("return_to_service", Lifecycle.IN_SERVICE)
     retire = lifecycle_action("retire", Lifecycle.RETIRED)
 
-    def perform_create(self, serializer: serializers.BaseSerializer) -> None:
-        super().perform_create(serializer)
-        node = serializer.instance
+    def after_create(self, node: Node) -> None:
         NodeTransition.objects.create(
             node=node,
             from_state="",
