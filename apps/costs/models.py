@@ -33,6 +33,11 @@ def validate_positive(value: Decimal) -> None:
         raise ValidationError("Must be greater than zero.", code="not_positive")
 
 
+def validate_pue(value: Decimal) -> None:
+    if value < 1:
+        raise ValidationError("A PUE cannot be below 1.0 (facility power ÷ IT power).", code="pue_below_one")
+
+
 def kind_specific_amount(
     max_digits: int, decimal_places: int, help_text: str, validator: Callable[[Decimal], None] = validate_positive
 ) -> models.DecimalField:
@@ -100,6 +105,10 @@ class PricePeriod(models.Model):
         return getattr(self, self.scope_field)
 
     @property
+    def scope_id(self) -> int | None:
+        return getattr(self, f"{self.scope_field}_id")
+
+    @property
     def period(self) -> str:
         if self.valid_to is None:
             return f"valid from {self.valid_from}, open-ended"
@@ -117,10 +126,6 @@ class PricePeriod(models.Model):
     def price_errors(self) -> dict[str, str]:
         """Field errors of the price itself, beyond what each field checks alone; keyed by field."""
         return {}
-
-    @property
-    def scope_id(self) -> int | None:
-        return getattr(self, f"{self.scope_field}_id")
 
     def overlapping(self) -> models.QuerySet[Self]:
         """Other prices for the same scope whose period shares at least one day with this one's."""
@@ -291,7 +296,7 @@ class EnergyPrice(PricePeriod):
         "PUE",
         max_digits=4,
         decimal_places=3,
-        validators=[MinValueValidator(Decimal(1), "A PUE cannot be below 1.0 (facility power ÷ IT power).")],
+        validators=[validate_pue],
         help_text="Power usage effectiveness, facility power ÷ IT power (e.g. 1.3).",
     )
 

@@ -29,24 +29,24 @@ class NoPriceInForce(LookupError):
     """No price in the book covers the date asked about; the message says what the book does cover."""
 
 
-def _in_force_or_refuse(prices: type[PricePeriod], scope: Model, at: date, what: str) -> PricePeriod:
+def _in_force_or_refuse(prices: type[PricePeriod], scope: Model, at: date) -> PricePeriod:
     price = prices.objects.select_related(prices.scope_field).effective(scope, at)
     if price is not None:
         return price
     periods = [p.period for p in prices.objects.filter(**{prices.scope_field: scope}).order_by("valid_from")]
     known = f"Its prices are: {'; '.join(periods)}." if periods else "The price book has none for it."
-    raise NoPriceInForce(f"No {what} for {scope} is in force on {at}. {known}")
+    raise NoPriceInForce(f"No {prices._meta.verbose_name} for {scope} is in force on {at}. {known}")
 
 
 def hourly_gpu_cost(node_type: NodeType, at: date) -> CostFigure:
     """What one GPU-hour of ``node_type`` costs on ``at``, or NoPriceInForce."""
-    price = _in_force_or_refuse(GpuPrice, node_type, at, "GPU price")
+    price = _in_force_or_refuse(GpuPrice, node_type, at)
     return price.hourly_cost_per_gpu()
 
 
 def energy_cost_per_hour(cluster: Cluster, watts: Decimal | int, at: date) -> CostFigure:
     """What an IT load of ``watts`` costs per hour in ``cluster`` on ``at`` (kWh price × PUE × kW)."""
-    price = _in_force_or_refuse(EnergyPrice, cluster, at, "energy price")
+    price = _in_force_or_refuse(EnergyPrice, cluster, at)
     return price.cost_per_hour(watts)
 
 

@@ -1,10 +1,12 @@
 """At most one price per node type (or cluster) is in force on any day."""
 
+import threading
 from datetime import date
 from decimal import Decimal
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import connection, transaction
 
 from apps.costs.choices import PriceKind
 from apps.costs.models import EnergyPrice, GpuPrice
@@ -96,3 +98,29 @@ def test_energy_prices_follow_the_same_rule():
         "Only one price per cluster can be in force on a day"
     )
     assert EnergyPrice.objects.count() == 2
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite has one writer at a time: no race to lose")
+@pytest.mark.django_db(transaction=True)
+def test_two_writers_racing_cannot_both_add_overlapping_prices(h100):
+    first_saved, first_may_commit = threading.Event(), threading.Event()
+
+    def first_writer() -> None:
+        try:
+            with transaction.atomic():
+                cloud_price(h100, NEW_YEAR).save()
+                first_saved.set()
+                first_may_commit.wait(timeout=10)
+        finally:
+            connection.close()
+
+    writer = threading.Thread(target=first_writer)
+    writer.start()
+    assert first_saved.wait(timeout=10)
+    # The second writer's overlap check cannot see the first's uncommitted row; the lock on the
+    # node type makes it wait until the first commits, and then it can.
+    threading.Timer(0.5, first_may_commit.set).start()
+    with pytest.raises(ValidationError, match="Overlaps GPU price"):
+        cloud_price(h100, JULY).save()
+    writer.join()
+    assert GpuPrice.objects.count() == 1

@@ -20,7 +20,7 @@ class FigureInputsField(serializers.Field):
     """The inputs of a figure by name: decimals as exact strings (like every money field), counts as integers."""
 
     def to_representation(self, value: dict[str, Decimal | int | str]) -> dict[str, str | int]:
-        return {name: str(v) if isinstance(v, Decimal) else v for name, v in value.items()}
+        return {name: format(v, "f") if isinstance(v, Decimal) else v for name, v in value.items()}
 
 
 class CostFigureSerializer(serializers.Serializer):
@@ -90,7 +90,11 @@ class GpuHourQuerySerializer(AtQuerySerializer):
 class EnergyHourQuerySerializer(AtQuerySerializer):
     cluster = serializers.PrimaryKeyRelatedField(queryset=Cluster.objects.all(), help_text="Cluster id.")
     watts = serializers.DecimalField(
-        max_digits=12, decimal_places=3, min_value=Decimal(0), help_text="IT load in watts (what the nodes draw)."
+        max_digits=None,
+        decimal_places=None,
+        min_value=Decimal(0),
+        max_value=Decimal(10**9),
+        help_text="IT load in watts (what the nodes draw), up to 1 GW.",
     )
 
 
