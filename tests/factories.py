@@ -2,8 +2,11 @@
 
 import itertools
 import uuid
+from datetime import date
 from decimal import Decimal
 
+from apps.costs.choices import PriceKind
+from apps.costs.models import EnergyPrice, GpuPrice
 from apps.inventory.choices import FabricKind, FabricTopology, Lifecycle, LinkState, PortKind, SwitchTier
 from apps.inventory.models import (
     Cluster,
@@ -112,3 +115,22 @@ def uplink(leaf: Switch, spine: Switch, *, count: int, rate_gbps: int = 400) -> 
         a = SwitchPort.objects.create(switch=leaf, name=f"up{leaf.ports.count() + 1}", rate_gbps=rate_gbps)
         b = SwitchPort.objects.create(switch=spine, name=f"p{spine.ports.count() + 1}", rate_gbps=rate_gbps)
         cable(a, b)
+
+
+def gpu_price(type_: NodeType, *, valid_from: date, valid_to: date | None = None, **fields: object) -> GpuPrice:
+    """An on-demand price of 2.50 per GPU-hour unless ``fields`` say otherwise (kind=owned, ...)."""
+    if fields.get("kind") != PriceKind.OWNED:
+        fields = {"kind": PriceKind.ON_DEMAND, "hourly_price_per_gpu": Decimal("2.50"), **fields}
+    return GpuPrice.objects.create(node_type=type_, valid_from=valid_from, valid_to=valid_to, **fields)
+
+
+def energy_price(
+    cluster_: Cluster, *, valid_from: date, valid_to: date | None = None, price_per_kwh: str = "0.12", pue: str = "1.3"
+) -> EnergyPrice:
+    return EnergyPrice.objects.create(
+        cluster=cluster_,
+        valid_from=valid_from,
+        valid_to=valid_to,
+        price_per_kwh=Decimal(price_per_kwh),
+        pue=Decimal(pue),
+    )

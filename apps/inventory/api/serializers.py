@@ -1,3 +1,5 @@
+import copy
+
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models
 from rest_framework import serializers
@@ -28,7 +30,8 @@ class ValidatedModelSerializer(serializers.ModelSerializer):
     def validate(self, attrs: dict) -> dict:
         attrs = super().validate(attrs)
         model = self.Meta.model
-        instance = self.instance or model()
+        # A copy: the viewset reads the unchanged instance afterwards for the audit log's before/after.
+        instance = copy.copy(self.instance) if self.instance else model()
         for name, value in attrs.items():
             if not isinstance(model._meta.get_field(name), models.ManyToManyRel | models.ManyToOneRel):
                 setattr(instance, name, value)
