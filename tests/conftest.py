@@ -1,3 +1,4 @@
+import itertools
 from collections.abc import Callable
 
 import pytest
@@ -22,10 +23,12 @@ def user_with_role(db: None) -> Callable[[str], User]:
 def api_client(user_with_role: Callable[[str], User]) -> Callable[[str], APIClient]:
     """An API client acting with a role, through a real API token (``anonymous``: no credentials)."""
 
+    issued = itertools.count(1)
+
     def make(role: str) -> APIClient:
         client = APIClient()
         if role != "anonymous":
-            _, secret = ApiToken.issue(user=user_with_role(role), name=f"test-{role}", role=role)
+            _, secret = ApiToken.issue(user=user_with_role(role), name=f"test-{role}-{next(issued)}", role=role)
             client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
         return client
 

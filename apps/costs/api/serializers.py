@@ -3,8 +3,8 @@ from decimal import Decimal
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from apps.core.api.serializers import ValidatedModelSerializer
 from apps.costs.models import EnergyPrice, GpuPrice, PricePeriod
-from apps.inventory.api.serializers import ValidatedModelSerializer
 from apps.inventory.choices import Lifecycle
 from apps.inventory.models import Cluster, NodeType
 
