@@ -24,7 +24,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import IO, TextIO
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -32,13 +31,14 @@ EXAMPLE_INVENTORY = BASE_DIR / "examples" / "inventory" / "h100-16node.yaml"
 
 HOST = "127.0.0.1"  # loopback only: the demo admin's password is printed on the console
 DEFAULT_PORT = 8000
-LOCAL_REDIS_HOST, LOCAL_REDIS_PORT = "127.0.0.1", 6379
 DEMO_REDIS_DB = 1  # the tests use database 0 of the same local Redis
+LOCAL_REDIS_URL = f"redis://127.0.0.1:6379/{DEMO_REDIS_DB}"
 ADMIN_USERNAME = "admin"
 ADMIN_TOKEN_NAME = "demo"
 
 READY_TIMEOUT_S = 90
 STOP_TIMEOUT_S = 10
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 REDIS_INSTALL_HINT = (
     "The demo needs Redis (channel layer and Celery broker). Either start one on 127.0.0.1:6379, set "
     "REDIS_URL=redis://host:port/db, or install redis-server so the demo can start its own:\n"
@@ -141,10 +141,7 @@ def choose_redis(
     if environ.get("REDIS_URL"):
         return UseRedis(environ["REDIS_URL"], "REDIS_URL from the environment")
     if local_redis_answers():
-        return UseRedis(
-            f"redis://{LOCAL_REDIS_HOST}:{LOCAL_REDIS_PORT}/{DEMO_REDIS_DB}",
-            f"the local Redis on {LOCAL_REDIS_HOST}:{LOCAL_REDIS_PORT}, database {DEMO_REDIS_DB}",
-        )
+        return UseRedis(LOCAL_REDIS_URL, f"the local Redis, database {DEMO_REDIS_DB}; the tests use 0")
     if redis_server:
         return StartRedis(redis_server)
     raise DemoError(REDIS_INSTALL_HINT)
@@ -344,17 +341,17 @@ def start_application(supervisor: Supervisor, env: Mapping[str, str], port: int)
     start_fleet_simulator(supervisor, env, f"http://{HOST}:{port}")
 
 
-def wait_until_listening(port: int, supervisor: Supervisor, stop_requested: threading.Event) -> bool:
-    """True once the server accepts connections; False if asked to stop or a child died first."""
+def wait_until_listening(port: int, supervisor: Supervisor) -> bool:
+    """True once the server accepts connections; False if a child died first."""
     deadline = time.monotonic() + READY_TIMEOUT_S
-    while not stop_requested.is_set() and supervisor.first_exited() is None:
+    while supervisor.first_exited() is None:
         try:
             socket.create_connection((HOST, port), timeout=0.5).close()
             return True
         except OSError:
             if time.monotonic() > deadline:
                 raise DemoError(f"the server did not listen on port {port} within {READY_TIMEOUT_S} s") from None
-            stop_requested.wait(0.2)
+            time.sleep(0.2)
     return False
 
 
@@ -378,7 +375,23 @@ def banner(url: str, credentials: AdminCredentials, redis_description: str, var_
     )
 
 
+def start_redis(choice: UseRedis | StartRedis, supervisor: Supervisor, environ: Mapping[str, str]) -> UseRedis:
+    if isinstance(choice, UseRedis):
+        return choice
+    port = free_loopback_port()
+    url = f"redis://{HOST}:{port}/0"
+    redis = supervisor.start(
+        "redis",
+        [choice.executable, "--bind", HOST, "--port", str(port), "--save", "", "--appendonly", "no"],
+        environ,
+        stop_last=True,
+    )
+    wait_for_redis(url, redis.process)
+    return UseRedis(url, "started by the demo, nothing saved to disk")
+
+
 def run(environ: Mapping[str, str], output: TextIO) -> int:
+    """Set up and supervise the demo until a stop signal (status 0) or a child's death (status 1)."""
     supervisor = Supervisor(output, colour=output.isatty() and "NO_COLOR" not in environ)
     port = server_port(environ)
     if not port_is_free(HOST, port):
@@ -387,54 +400,39 @@ def run(environ: Mapping[str, str], output: TextIO) -> int:
     if environ.get("DATABASE_URL"):
         supervisor.say("DATABASE_URL is ignored: the demo always uses its own SQLite database under var/")
 
-    choice = choose_redis(
-        environ,
-        local_redis_answers=lambda: redis_answers(f"redis://{LOCAL_REDIS_HOST}:{LOCAL_REDIS_PORT}/{DEMO_REDIS_DB}"),
-        redis_server=shutil.which("redis-server"),
-    )
-    stop_requested = threading.Event()
+    previous_handlers = {number: signal.getsignal(number) for number in STOP_SIGNALS}
     try:
-        if isinstance(choice, StartRedis):
-            redis_port = free_loopback_port()
-            redis_url = f"redis://{HOST}:{redis_port}/0"
-            redis = supervisor.start(
-                "redis",
-                [choice.executable, "--bind", HOST, "--port", str(redis_port), "--save", "", "--appendonly", "no"],
-                environ,
-                stop_last=True,
-            )
-            wait_for_redis(redis_url, redis.process)
-            redis_description = f"{redis_url} (started by the demo, nothing saved to disk)"
-        else:
-            redis_url, redis_description = choice.url, f"{choice.url} ({choice.description})"
-
-        env = demo_environment(environ, var_dir=var_dir, redis_url=redis_url)
+        for number in STOP_SIGNALS:  # all three interrupt like Ctrl-C, in setup as in supervision
+            signal.signal(number, signal.default_int_handler)
+        choice = choose_redis(
+            environ,
+            local_redis_answers=lambda: redis_answers(LOCAL_REDIS_URL),
+            redis_server=shutil.which("redis-server"),
+        )
+        redis = start_redis(choice, supervisor, environ)
+        env = demo_environment(environ, var_dir=var_dir, redis_url=redis.url)
         if env.get("SECRET_KEY_FILE") == str(var_dir / "secret_key"):
             ensure_secret_key(var_dir / "secret_key")
         os.environ.clear()
         os.environ.update(env)
         credentials = prepare_database(supervisor.say)
 
-        for signal_number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signal_number, _request_stop(stop_requested))
         start_application(supervisor, env, port)
-        if wait_until_listening(port, supervisor, stop_requested):
-            supervisor.say(banner(f"http://{HOST}:{port}", credentials, redis_description, var_dir))
-        while not stop_requested.wait(0.5):
-            if (exited := supervisor.first_exited()) is not None:
-                supervisor.say(f"{exited.name} exited with status {exited.process.returncode}; stopping the demo")
-                return 1
+        if wait_until_listening(port, supervisor):
+            supervisor.say(banner(f"http://{HOST}:{port}", credentials, f"{redis.url} ({redis.description})", var_dir))
+        while (exited := supervisor.first_exited()) is None:
+            time.sleep(0.5)
+        supervisor.say(f"{exited.name} exited with status {exited.process.returncode}; stopping the demo")
+        return 1
+    except KeyboardInterrupt:
         supervisor.say("stopping the demo")
         return 0
     finally:
+        for number in STOP_SIGNALS:  # a second Ctrl-C must not cut the children's shutdown short
+            signal.signal(number, signal.SIG_IGN)
         supervisor.stop_all()
-
-
-def _request_stop(stop_requested: threading.Event) -> Callable[[int, FrameType | None], None]:
-    def handler(signal_number: int, frame: FrameType | None) -> None:
-        stop_requested.set()
-
-    return handler
+        for number, handler in previous_handlers.items():
+            signal.signal(number, handler)
 
 
 def main() -> None:
@@ -443,8 +441,6 @@ def main() -> None:
     except DemoError as error:
         print(f"demo: {error}", file=sys.stderr)
         status = 2
-    except KeyboardInterrupt:
-        status = 130
     sys.exit(status)
 
 

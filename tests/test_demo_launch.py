@@ -24,7 +24,7 @@ START_TIMEOUT_S = 120
 pytestmark = [
     pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the demo's processes through /proc"),
     pytest.mark.skipif(
-        not demo.redis_answers("redis://127.0.0.1:6379/1") and shutil.which("redis-server") is None,
+        not demo.redis_answers(demo.LOCAL_REDIS_URL) and shutil.which("redis-server") is None,
         reason="needs a Redis on 127.0.0.1:6379 or redis-server on PATH",
     ),
 ]
@@ -117,6 +117,8 @@ def test_it_serves_the_product_with_the_printed_credentials_and_stops_cleanly(ru
     assert running_demo.get("/api/docs/")[0] == 200
     assert running_demo.get("/admin/login/")[0] == 200
     assert running_demo.get("/static/admin/css/base.css")[0] == 200
+    if demo.EXAMPLE_INVENTORY.exists():  # imported into the empty database
+        assert json.loads(running_demo.get("/api/v1/nodes", token)[1])["count"] > 0
     running_demo.wait_for_output(r"worker \| .*celery@\S+ ready\.")
     running_demo.wait_for_output(r"beat \| .*beat: Starting")
     assert (running_demo.var_dir / "controlplane.sqlite3").exists()
