@@ -8,6 +8,7 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from kombu import Queue
 
 from controlplane.env import env_bool, env_int, env_list, env_raw, env_str
 
@@ -131,6 +132,9 @@ CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "default"
+# Every queue a task may name. A worker started without -Q consumes all of them; a queue missing here
+# would hold its messages with no worker to read them (tests/test_settings.py checks every task's queue).
+CELERY_TASK_QUEUES = [Queue("default"), Queue("maintenance")]  # maintenance: purges, retention, rollups
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
