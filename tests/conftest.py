@@ -2,12 +2,23 @@ import itertools
 from collections.abc import Callable
 
 import pytest
+from pytest_django.fixtures import Settings
 from rest_framework.test import APIClient
 
 from apps.accounts.models import ApiToken, User
 from apps.accounts.roles import Role
 
 ROLES = ("anonymous", Role.VIEWER, Role.OPERATOR, Role.ADMIN)
+
+
+@pytest.fixture(autouse=True)
+def _static_files_without_collectstatic(settings: Settings) -> None:
+    """Production serves hashed files from a manifest built by collectstatic; tests serve the
+    source files as they are, so no test depends on a collectstatic run."""
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
 
 
 @pytest.fixture
