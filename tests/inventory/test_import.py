@@ -16,7 +16,7 @@ from apps.accounts.models import AuditLogEntry
 from apps.inventory.bandwidth import theoretical_busbw
 from apps.inventory.choices import GpuState, Lifecycle, SwitchTier
 from apps.inventory.importer import ImportFailed, ImportResult, import_inventory, load_document
-from apps.inventory.models import Gpu, Link, NetworkPort, Node, NodeTransition, NvLink, Switch, SwitchPort
+from apps.inventory.models import Gpu, Link, NetworkPort, Node, NodeTransition, Switch, SwitchPort
 from tests import factories
 
 pytestmark = pytest.mark.django_db
