@@ -192,6 +192,37 @@ def test_it_swaps_the_indices_of_two_gpus():
     assert dict(Gpu.objects.filter(node__hostname="gpu-a").values_list("uuid", "index")) == {UUIDS[0]: 1, UUIDS[1]: 0}
 
 
+def test_a_gpu_may_move_between_nodes_the_file_describes():
+    document = small_document()
+    document["nvlinks"] = []
+    run(document)
+    a_gpus, b_gpus = document["nodes"][0]["gpus"], document["nodes"][1]["gpus"]
+    a_gpus[1], b_gpus[0] = {**b_gpus[0], "index": 1}, {**a_gpus[1], "index": 0}
+
+    result = run(document)
+
+    assert Gpu.objects.get(uuid=UUIDS[2]).node.hostname == "gpu-a"
+    assert Gpu.objects.get(uuid=UUIDS[1]).node.hostname == "gpu-b"
+    assert [(c.key, c.fields) for c in result.changes] == [
+        (UUIDS[2], {"node": ["gpu-b", "gpu-a"], "index": [0, 1]}),
+        (UUIDS[1], {"node": ["gpu-a", "gpu-b"], "index": [1, 0]}),
+    ]
+
+
+def test_a_gpu_with_nvlinks_does_not_move():
+    run(small_document())
+    document = small_document()
+    a_gpus, b_gpus = document["nodes"][0]["gpus"], document["nodes"][1]["gpus"]
+    a_gpus[1], b_gpus[0] = {**b_gpus[0], "index": 1}, {**a_gpus[1], "index": 0}
+
+    assert problems(document) == [
+        f"nodes[0] (gpu-a).gpus[1].uuid: {UUIDS[2]} would move from gpu-b to gpu-a, but it has NVLinks on gpu-b; "
+        "an import never deletes them: delete them first if the GPU really moved",
+        f"nodes[1] (gpu-b).gpus[0].uuid: {UUIDS[1]} would move from gpu-a to gpu-b, but it has NVLinks on gpu-a; "
+        "an import never deletes them: delete them first if the GPU really moved",
+    ]
+
+
 # All or nothing ----------------------------------------------------------------------------------
 
 

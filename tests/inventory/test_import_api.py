@@ -100,3 +100,10 @@ def test_an_unknown_content_type_is_refused(admin_api):
     response = admin_api.post(URL, "version=1", content_type="application/x-www-form-urlencoded")
 
     assert response.status_code == 415
+
+
+def test_an_empty_body_asks_for_the_version(admin_api):
+    response = admin_api.post(URL, b"", content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json()["errors"] == [{"path": "version", "message": "required: the format version (version: 1)"}]

@@ -476,13 +476,9 @@ class Planner:
                 self.refused.add(("gpus", hostname))
                 continue
             stored = self.stored_gpus.get(gpu.uuid)
-            if stored is not None and stored.node.hostname not in self.hostnames_in_file:
-                owner = stored.node.hostname
-                self._error(
-                    f"{g_path}.uuid",
-                    f"{gpu.uuid} is gpu{stored.index} of {owner} in the database, and {owner} is not in this file; "
-                    f"if the GPU really moved, describe {owner} too, otherwise correct the UUID",
-                )
+            conflict = self._move_conflict(stored, hostname) if stored is not None else None
+            if conflict:
+                self._error(f"{g_path}.uuid", conflict)
                 self.refused.add(("gpus", hostname))
                 continue
             values = {
@@ -494,6 +490,24 @@ class Planner:
                 values["model"] = node.node_type.gpu_model  # what NVML will report for this node type
             placed[gpu.index] = self._upsert(Gpu, stored, {"uuid": gpu.uuid}, values, key=gpu.uuid, path=g_path)
             self.gpu_paths[(hostname, gpu.index)] = g_path
+
+    def _move_conflict(self, stored: Gpu, hostname: str) -> str | None:
+        """Why a stored GPU cannot be where the file puts it, if it cannot. A GPU may move between
+        nodes the file describes; from a node it does not, the UUID is more likely a typo."""
+        owner = stored.node.hostname
+        if owner == hostname:
+            return None
+        if owner not in self.hostnames_in_file:
+            return (
+                f"{stored.uuid} is gpu{stored.index} of {owner} in the database, and {owner} is not in this file; "
+                f"if the GPU really moved, describe {owner} too, otherwise correct the UUID"
+            )
+        if NvLink.objects.filter(Q(gpu_a=stored) | Q(gpu_b=stored)).exists():
+            return (
+                f"{stored.uuid} would move from {owner} to {hostname}, but it has NVLinks on {owner}; an import "
+                "never deletes them: delete them first if the GPU really moved"
+            )
+        return None
 
     def _keep_unlisted_gpus(self) -> None:
         """A stored GPU the file does not list stays where it is (imports never delete), so its index

@@ -246,7 +246,9 @@ def convert_document(raw: object) -> Document:
         issues.append(Issue("version", f"{raw['version']!r} is not a version this server reads ({SUPPORTED_VERSION})"))
     sections: dict[str, list[Record]] = {}
     for section, record_type in SECTIONS.items():
-        items = raw.get(section) or []
+        items = raw.get(section)
+        if items is None:  # "nodes:" with nothing under it
+            items = []
         if not isinstance(items, list):
             issues.append(Issue(section, f"expected a list of records, got {_type_name(items)}"))
             continue
