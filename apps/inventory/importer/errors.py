@@ -22,7 +22,8 @@ class ImportFailed(Exception):
     """The document was refused; nothing was written."""
 
     def __init__(self, issues: list[Issue]) -> None:
-        super().__init__(f"{len(issues)} problem(s) in the inventory document; nothing was imported.")
+        count = f"{len(issues)} problem" + ("" if len(issues) == 1 else "s")
+        super().__init__(f"{count} in the inventory document; nothing was imported.")
         self.issues = issues
 
 
