@@ -107,6 +107,29 @@ def test_new_nodes_get_their_node_types_ports_with_the_files_values():
     assert SwitchPort.objects.get(name="p1")._peer_network_port == ports[0]
 
 
+def test_a_port_added_to_a_stored_node_comes_from_its_template_or_needs_kind_and_rate():
+    run(small_document())
+    document = small_document()
+    document["node_types"][0]["port_templates"].append({"device_name": "mlx5_2", "kind": "roce", "rate_gbps": 200})
+    document["nodes"][0]["ports"].append({"device_name": "mlx5_2", "mac": "a0:88:c2:00:00:02"})
+    document["nodes"][1]["ports"].append({"device_name": "eth0", "mac": "a0:88:c2:00:00:03"})
+
+    assert problems(document) == [
+        "nodes[1] (gpu-b).ports[1]: eth0/1 is not a port of gpu-b or its node type hgx-2g; "
+        "kind and rate_gbps are needed to add it"
+    ]
+    document["nodes"][1]["ports"][1].update(kind="ethernet", rate_gbps=100)
+    run(document)
+
+    assert NetworkPort.objects.get(node__hostname="gpu-a", device_name="mlx5_2").rate_gbps == 200
+    # A template added later reaches only the stored nodes whose ports the file lists.
+    assert sorted(NetworkPort.objects.filter(node__hostname="gpu-b").values_list("device_name", flat=True)) == [
+        "eth0",
+        "mlx5_0",
+        "mlx5_1",
+    ]
+
+
 # Idempotency and dry runs ------------------------------------------------------------------------
 
 

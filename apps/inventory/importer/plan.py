@@ -429,12 +429,13 @@ class Planner:
 
     def _plan_ports(self, node: Node, record: NodeRecord, path: str, *, creating: bool) -> None:
         """A new node gets its node type's ports (as Node.save makes them) with the file's values on
-        top; a stored node keeps its ports, and the file updates or adds the ones it lists."""
+        top; a stored node keeps its ports, and the file updates the ones it lists or adds them (from
+        the node type's template where it has one)."""
         hostname = record.hostname
-        base: dict[tuple[str, int], dict[str, Any]] = {}
-        if creating:
-            templates = self.templates.get(record.node_type, {})
-            base = {key: {"kind": t.kind, "rate_gbps": t.rate_gbps} for key, t in templates.items()}
+        templates = {
+            key: {"kind": t.kind, "rate_gbps": t.rate_gbps}
+            for key, t in self.templates.get(record.node_type, {}).items()
+        }
         listed: dict[tuple[str, int], tuple[str, dict[str, Any]]] = {}
         for p_index, port in enumerate(record.ports):
             p_path = f"{path}.ports[{p_index}]"
@@ -442,10 +443,12 @@ class Planner:
             subject = f"{port.device_name}/{port.port_num} is also described by"
             if self._claim(("port", hostname, *key), p_path, subject):
                 listed[key] = (p_path, _values(port, "kind", "rate_gbps", "link_state", "guid", "mac"))
-        for key in [*base, *(k for k in listed if k not in base)]:
-            p_path, values = listed.get(key, (path, {}))
-            values = base.get(key, {}) | {name: value for name, value in values.items() if value is not UNSET}
+        for key in [*templates, *(k for k in listed if k not in templates)] if creating else list(listed):
+            p_path, given = listed.get(key, (path, {}))
             stored = None if creating else self.ports.get((hostname, *key))
+            values = (templates.get(key, {}) if stored is None else {}) | {
+                name: value for name, value in given.items() if value is not UNSET
+            }
             if stored is None and not {"kind", "rate_gbps"} <= values.keys():
                 self._error(
                     p_path,
