@@ -107,3 +107,13 @@ def test_an_empty_body_asks_for_the_version(admin_api):
 
     assert response.status_code == 400
     assert response.json()["errors"] == [{"path": "version", "message": "required: the format version (version: 1)"}]
+
+
+def test_a_document_over_the_upload_limit_is_refused(admin_api, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024
+
+    response = admin_api.post(URL, small_document(), format="json")
+
+    assert response.status_code == 413
+    assert "larger than 1024 bytes" in response.json()["detail"]
+    assert not Node.objects.exists()

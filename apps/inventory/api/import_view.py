@@ -4,9 +4,10 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 import msgspec
+from django.conf import settings
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
-from rest_framework import serializers
+from rest_framework import exceptions, serializers, status
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -26,6 +27,11 @@ class DocumentText:
     syntax: Format
 
 
+class DocumentTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "too_large"
+
+
 class DocumentParser(BaseParser):
     """Hands the body to the importer as it came, so that a syntax error is reported with its line and
     column in the same error list as every other problem."""
@@ -33,7 +39,12 @@ class DocumentParser(BaseParser):
     syntax: Format = "yaml"
 
     def parse(self, stream: IO[bytes], media_type: str | None = None, parser_context: Any = None) -> DocumentText:
-        return DocumentText(stream.read(), self.syntax)
+        # DRF streams the body past Django's request.body, and with it past DATA_UPLOAD_MAX_MEMORY_SIZE.
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        text = stream.read(limit + 1)
+        if len(text) > limit:
+            raise DocumentTooLarge(f"The document is larger than {limit} bytes (DATA_UPLOAD_MAX_MEMORY_SIZE).")
+        return DocumentText(text, self.syntax)
 
 
 class JsonDocumentParser(DocumentParser):

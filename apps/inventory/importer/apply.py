@@ -1,5 +1,7 @@
 """Writing a plan: parents before children, in bulk where the row count grows with the fleet."""
 
+from datetime import datetime
+
 from django.db import models
 from django.db.models import F
 from django.utils import timezone
@@ -66,7 +68,7 @@ def apply_plan(plan: Plan) -> None:
             _terminate(plan)
 
 
-def _update(model: type[models.Model], updates: list[tuple[models.Model, list[str]]], now: object) -> None:
+def _update(model: type[models.Model], updates: list[tuple[models.Model, list[str]]], now: datetime) -> None:
     if not updates:
         return
     fields = sorted({name for _, names in updates for name in names})
