@@ -2,6 +2,7 @@ from django.urls import path
 from rest_framework.routers import SimpleRouter
 
 from apps.inventory.api import views
+from apps.inventory.api.import_view import InventoryImportView
 
 router = SimpleRouter(trailing_slash=False)
 router.register("clusters", views.ClusterViewSet)
@@ -20,5 +21,6 @@ router.register("nvlinks", views.NvLinkViewSet)
 
 urlpatterns = [
     path("fabric/theoretical-busbw", views.BusBandwidthView.as_view(), name="theoretical-busbw"),
+    path("inventory/import", InventoryImportView.as_view(), name="inventory-import"),
     *router.urls,
 ]
