@@ -24,8 +24,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final
 
+import msgspec
 import pynvml
 
 from agents.collectors.hostfacts import read_host_facts, short_text, valid_hostname
@@ -36,7 +38,6 @@ log = logging.getLogger(__name__)
 MIB: Final = 1024 * 1024
 XID_FALLEN_OFF_THE_BUS: Final = 79
 _ALL_LINKS: Final = 0xFFFFFFFF  # scopeId UINT_MAX: "aggregate value summed up across all links" (nvml.h)
-_MAX_KBPS: Final = 10**10  # agents.protocol.KBps
 
 # Answers that asking again will not change: the field is absent on this GPU.
 _ABSENT_CODES: Final = frozenset(
@@ -233,16 +234,12 @@ def _as_flag(gpu: "_Gpu", name: str, raw: float, stamp: int) -> bool:
 
 def _kib_rate(gpu: "_Gpu", name: str, raw: float, stamp: int) -> int | None:
     per_second = gpu.rate(name, raw, stamp)
-    return None if per_second is None else _kbps(per_second * 1024 / 1000)
+    return None if per_second is None else int(per_second * 1024 / 1000)  # KiB/s to kB/s
 
 
 def _byte_rate(gpu: "_Gpu", name: str, raw: float, stamp: int) -> int | None:
     per_second = gpu.rate(name, raw, stamp)
-    return None if per_second is None else _kbps(per_second / 1000)
-
-
-def _kbps(value: float) -> int | None:
-    return int(value) if value <= _MAX_KBPS else None
+    return None if per_second is None else int(per_second / 1000)
 
 
 @dataclass(frozen=True, eq=False)
@@ -389,6 +386,41 @@ class _Gpu:
         return delta / elapsed
 
 
+def _numeric_ranges(struct: type[msgspec.Struct]) -> dict[str, Callable[[float], bool]]:
+    """For each optional numeric field, whether a value is inside the range the protocol declares,
+    read from its type, so this check cannot drift from what the server accepts."""
+    ranges = {}
+    for field in msgspec.inspect.type_info(struct).fields:
+        for kind in getattr(field.type, "types", ()):
+            if isinstance(kind, msgspec.inspect.IntType | msgspec.inspect.FloatType):
+                ranges[field.name] = partial(_inside, kind.ge, kind.gt, kind.le, kind.lt)
+    return ranges
+
+
+def _inside(ge: float | None, gt: float | None, le: float | None, lt: float | None, value: float) -> bool:
+    return (
+        (ge is None or value >= ge)
+        and (gt is None or value > gt)
+        and (le is None or value <= le)
+        and (lt is None or value < lt)
+    )
+
+
+_SAMPLE_RANGES: Final = _numeric_ranges(GpuSample)
+_INFO_RANGES: Final = _numeric_ranges(GpuInfo)
+
+
+def _in_range(values: dict[str, Any], ranges: dict[str, Callable[[float], bool]], index: int) -> dict[str, Any]:
+    """``values`` without what the protocol would refuse (a sensor's 255 °C, an unknown enum): one
+    wild reading must not cost the server the whole frame."""
+    for name, value in list(values.items()):
+        inside = ranges.get(name)
+        if inside is not None and value is not None and not inside(value):
+            log.warning("GPU %d: %s = %r is outside the protocol's range; reported as absent.", index, name, value)
+            del values[name]
+    return values
+
+
 def _handle_key(handle: Any) -> int | None:
     return ctypes.cast(handle, ctypes.c_void_p).value
 
@@ -481,18 +513,21 @@ class NvmlCollector:
         memory = self._ask(gpu, pynvml.nvmlDeviceGetMemoryInfo, handle)
         pci = self._ask(gpu, pynvml.nvmlDeviceGetPciInfo, handle)
         limit_mw = self._ask(gpu, pynvml.nvmlDeviceGetPowerManagementLimit, handle)
+        facts = {
+            "memory_mib": None if memory is None else memory.total // MIB,
+            "power_limit_w": None if limit_mw is None else limit_mw / 1000,
+            "pcie_gen": self._ask(gpu, pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
+            "pcie_width": self._ask(gpu, pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
+            "pcie_width_current": self._ask(gpu, pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
+        }
         return GpuInfo(
             index=gpu.index,
             uuid=uuid,
             name=short_text(self._ask(gpu, pynvml.nvmlDeviceGetName, handle)) or "NVIDIA GPU",
             serial=short_text(self._ask(gpu, pynvml.nvmlDeviceGetSerial, handle)),
-            memory_mib=None if memory is None else memory.total // MIB,
             pci_bus_id=None if pci is None else _pci_bus_id(pci.busId),
-            power_limit_w=None if limit_mw is None else limit_mw / 1000,
-            pcie_gen=self._ask(gpu, pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
-            pcie_width=self._ask(gpu, pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
-            pcie_width_current=self._ask(gpu, pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
             nvlinks=self._nvlinks(gpu),
+            **_in_range(facts, _INFO_RANGES, gpu.index),
         )
 
     def _nvlinks(self, gpu: _Gpu) -> list[NvLinkPeer]:
@@ -547,7 +582,7 @@ class NvmlCollector:
                 gpu.retire(position, "has nothing to read on this GPU")
                 continue
             position += 1
-        return GpuSample(index=gpu.index, **out)
+        return GpuSample(index=gpu.index, **_in_range(out, _SAMPLE_RANGES, gpu.index))
 
     def _lose(self, gpu: _Gpu, now: float) -> None:
         log.error("GPU %d is lost (fallen off the bus); it leaves the samples and the inventory.", gpu.index)

@@ -202,6 +202,20 @@ def test_it_leaves_out_a_discovery_fact_nvml_cannot_give(function):
     assert gpu.uuid == fake.gpus[0].uuid
 
 
+def test_it_leaves_out_a_reading_the_protocol_would_refuse_and_keeps_the_frame_valid(caplog):
+    gpu = FakeGpu(0, temperature=255, recovery_action=99, power_limit_mw=9_000_000)  # a broken sensor
+    fake = FakeNvml([gpu])
+    with fake.patched():
+        collector, samples = collect(fake)
+        inventory = collector.discover()
+
+    assert ALL_FIELDS - present(samples[1].gpus[0]) == {"temp_c", "recovery_action"}
+    assert inventory.gpus[0].power_limit_w is None
+    assert decode_agent_message(encode(Telemetry(seq=1, samples=samples))).samples == samples
+    assert decode_agent_message(encode(inventory)) == inventory
+    assert "temp_c = 255.0 is outside the protocol's range" in caplog.text
+
+
 def test_it_says_clearly_when_nvml_cannot_start():
     fake = FakeNvml()
     fake.init_error = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
