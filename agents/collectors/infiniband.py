@@ -209,8 +209,11 @@ class InfiniBandCollector:
     @staticmethod
     def _rates(port: _Port, xmit: int | None, rcv: int | None, now: float) -> tuple[float | None, float | None]:
         previous = port.words
-        port.words = None if xmit is None or rcv is None else (xmit, rcv, now)
-        if previous is None or port.words is None:
+        if xmit is None or rcv is None:
+            port.words = None
+            return None, None
+        port.words = (xmit, rcv, now)
+        if previous is None:
             return None, None
         elapsed = now - previous[2]
         return _gbps(previous[0], xmit, elapsed), _gbps(previous[1], rcv, elapsed)

@@ -389,8 +389,10 @@ class _Gpu:
 def _numeric_ranges(struct: type[msgspec.Struct]) -> dict[str, Callable[[float], bool]]:
     """For each optional numeric field, whether a value is inside the range the protocol declares,
     read from its type, so this check cannot drift from what the server accepts."""
-    ranges = {}
-    for field in msgspec.inspect.type_info(struct).fields:
+    ranges: dict[str, Callable[[float], bool]] = {}
+    info = msgspec.inspect.type_info(struct)
+    assert isinstance(info, msgspec.inspect.StructType)
+    for field in info.fields:
         for kind in getattr(field.type, "types", ()):
             if isinstance(kind, msgspec.inspect.IntType | msgspec.inspect.FloatType):
                 ranges[field.name] = partial(_inside, kind.ge, kind.gt, kind.le, kind.lt)

@@ -77,7 +77,7 @@ class SimulatedCollector:
                 port=1,
                 kind="infiniband",
                 rate_gbps=profile.ib_rate_gbps,
-                state=port.state,  # type: ignore[arg-type]
+                state=port.state,
                 physical_state="LinkUp" if port.state == "active" else "LinkErrorRecovery",
                 guid=identity.port_guids[number],
             )

@@ -50,6 +50,7 @@ _PORT = re.compile(r"^[a-z][a-z0-9_]*\d$")
 _RATE = re.compile(r"^(?P<rate>[0-9.]+)/h$")
 EXAMPLE: Final = "gpu-003:gpu2:xid79@120"
 _KINDS: Final = ", ".join(sorted(FAULTS))
+MAX_RATE_PER_HOUR: Final = 3600.0  # once a second on average: the sampling rate
 
 
 class FaultSpecError(ValueError):
@@ -76,7 +77,7 @@ class FaultSpec:
 
 def parse_fault_spec(text: str) -> list[FaultSpec]:
     """Every entry of ``text``, or FaultSpecError for the first one that is wrong."""
-    specs = []
+    specs: list[FaultSpec] = []
     for line in text.splitlines():
         line = line.split("#", 1)[0].strip().removeprefix("- ")
         specs.extend(parse_fault(entry) for entry in re.split(r"[\s,;]+", line) if entry)
@@ -153,8 +154,10 @@ def _timing(timing: str | None, when: str | None) -> tuple[float | None, float |
     if timing == "~":
         match = _RATE.match(when or "")
         rate = _seconds(match["rate"]) if match else None
-        if not rate:
-            raise _Problem(f"'~{when}' is not a rate per hour above zero (for example ~0.5/h).")
+        if not rate or rate > MAX_RATE_PER_HOUR:
+            raise _Problem(
+                f"'~{when}' is not a rate per hour above zero and at most {MAX_RATE_PER_HOUR:.0f} (for example ~0.5/h)."
+            )
         return None, rate
     return None, None
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from typing import Final
 
 from agents.collectors.infiniband import port_event
-from agents.protocol import GpuEvent, GpuSample, PortSample
+from agents.protocol import GpuEvent, GpuSample, PortSample, PortState
 from agents.simulator.faults import CONDITIONS, FaultSpec, FaultSpecError
 from agents.simulator.profiles import Profile
 from agents.simulator.workloads import Workload
@@ -147,7 +147,7 @@ class SimPort:
         self.last: PortSample | None = None
 
     @property
-    def state(self) -> str:
+    def state(self) -> PortState:
         return self.last.state if self.last is not None else "active"
 
 
@@ -219,20 +219,23 @@ class NodeModel:
         if kind == "die":
             self.died_at = self._epoch(t)
             return
+        if target is None:
+            return  # every GPU is already gone
+        index: int = target
         if kind == "flap":
-            self._set_flapping(target, t)  # type: ignore[arg-type]
-        elif target is None or not self.gpus[target].present:
-            return  # the GPU is already gone
+            self._set_flapping(index, t)
+        elif not self.gpus[index].present:
+            return
         elif kind == "thermal":
-            self.gpus[target].resistance = FAILED_COOLING_RESISTANCE
+            self.gpus[index].resistance = FAILED_COOLING_RESISTANCE
         elif kind == "straggler":
-            self.gpus[target].straggler = True
+            self.gpus[index].straggler = True
         else:
-            self._xid(self.gpus[target], int(kind.removeprefix("xid")), t)
+            self._xid(self.gpus[index], int(kind.removeprefix("xid")), t)
         if kind in CONDITIONS:
             duration = spec.duration_s or (RANDOM_CONDITION_S.get(kind) if spec.rate_per_hour else None)
             if duration:
-                self._at(t + duration, lambda at: self._end(kind, target))  # type: ignore[arg-type]
+                self._at(t + duration, lambda at: self._end(kind, index))
 
     def _end(self, kind: str, target: int) -> None:
         if kind == "flap":
@@ -375,7 +378,7 @@ class NodeModel:
         rnd = self._noise.random
         samples = []
         for port in self.ports:
-            state = "active"
+            state: PortState = "active"
             if port.flapping_since is not None:
                 since = t - port.flapping_since
                 self._count_downs(port, int(since // FLAP_PERIOD_S) + 1)

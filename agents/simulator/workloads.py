@@ -23,7 +23,8 @@ BURN_IN_LOAD: Final = Load(util=100.0, power=1.08, memory=0.95, comm=0.0)
 
 
 class Workload(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def load(self, t: float) -> Load: ...
 
@@ -87,7 +88,7 @@ class Schedule:
         return self.phases[-1][1].load(t + self.phases[-1][0])
 
 
-WORKLOADS: Final = {
+WORKLOADS: Final[dict[str, Workload]] = {
     "training": Training(),
     "idle": Idle(),
     "burnin": BurnIn(),
