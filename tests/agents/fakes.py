@@ -185,6 +185,7 @@ class FakeNvml:
         self.by_address = {address(gpu.index): gpu for gpu in self.gpus}
         self.events: deque[tuple[int, int]] = deque()  # (gpu index, xid)
         self.init_error: int | None = None
+        self.unsupported: set[str] = set()  # system (not per-GPU) functions that answer NOT_SUPPORTED
         self.registered: list[int] = []
 
     @contextmanager
@@ -223,13 +224,20 @@ class FakeNvml:
     def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
         return self.handles[index]
 
+    def system(self, function: str) -> None:
+        if function in self.unsupported:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
     def nvmlSystemGetDriverVersion(self) -> str:
+        self.system("nvmlSystemGetDriverVersion")
         return "550.90.07"
 
     def nvmlSystemGetCudaDriverVersion(self) -> int:
+        self.system("nvmlSystemGetCudaDriverVersion")
         return 12040
 
     def nvmlSystemGetCudaDriverVersion_v2(self) -> int:
+        self.system("nvmlSystemGetCudaDriverVersion_v2")
         return 12040
 
     # Discovery
@@ -338,6 +346,7 @@ class FakeNvml:
 
     # Events
     def nvmlEventSetCreate(self) -> Any:
+        self.system("nvmlEventSetCreate")
         return pynvml.c_nvmlEventSet_t()
 
     def nvmlDeviceRegisterEvents(self, handle: Any, eventTypes: int, eventSet: Any) -> None:

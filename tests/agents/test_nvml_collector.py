@@ -190,16 +190,72 @@ def test_it_reports_a_gpu_without_nvlink_with_no_links_and_no_nvlink_counters():
     }  # absent, not zero
 
 
-@pytest.mark.parametrize("function", ["nvmlDeviceGetSerial", "nvmlDeviceGetPciInfo", "nvmlDeviceGetMaxPcieLinkWidth"])
-def test_it_leaves_out_a_discovery_fact_nvml_cannot_give(function):
-    fake = FakeNvml([FakeGpu(0, unsupported={function})])
-    with fake.patched():
-        gpu = NvmlCollector(hostname="gpu-001").discover().gpus[0]
+# discovery function -> what the inventory shows when it answers NOT_SUPPORTED (for GPU 0)
+DISCOVERY_CASES = {
+    "nvmlDeviceGetName": lambda inv: inv.gpus[0].name == "NVIDIA GPU",
+    "nvmlDeviceGetSerial": lambda inv: inv.gpus[0].serial is None,
+    "nvmlDeviceGetMemoryInfo": lambda inv: inv.gpus[0].memory_mib is None,
+    "nvmlDeviceGetPciInfo": lambda inv: inv.gpus[0].pci_bus_id is None,
+    "nvmlDeviceGetPowerManagementLimit": lambda inv: inv.gpus[0].power_limit_w is None,
+    "nvmlDeviceGetMaxPcieLinkGeneration": lambda inv: inv.gpus[0].pcie_gen is None,
+    "nvmlDeviceGetMaxPcieLinkWidth": lambda inv: inv.gpus[0].pcie_width is None,
+    "nvmlDeviceGetCurrPcieLinkWidth": lambda inv: inv.gpus[0].pcie_width_current is None,
+    "nvmlDeviceGetNvLinkState": lambda inv: inv.gpus[0].nvlinks == [],
+    "nvmlDeviceGetNvLinkRemotePciInfo": lambda inv: {link.peer_pci_bus_id for link in inv.gpus[0].nvlinks} == {None},
+    "nvmlDeviceGetUUID": lambda inv: [gpu.index for gpu in inv.gpus] == [1],  # no UUID, no inventory entry
+}
 
-    assert {"nvmlDeviceGetSerial": gpu.serial, "nvmlDeviceGetPciInfo": gpu.pci_bus_id}.get(
-        function, gpu.pcie_width
-    ) is None
-    assert gpu.uuid == fake.gpus[0].uuid
+
+@pytest.mark.parametrize("function", sorted(DISCOVERY_CASES))
+def test_it_leaves_out_a_discovery_fact_nvml_cannot_give(function):
+    fake = FakeNvml([FakeGpu(0, unsupported={function}), FakeGpu(1)])
+    with fake.patched():
+        inventory = NvmlCollector(hostname="gpu-001").discover()
+
+    assert DISCOVERY_CASES[function](inventory)
+    assert inventory.gpus[-1].index == 1
+    assert inventory.gpus[-1].serial == fake.gpus[1].serial
+    assert len(inventory.gpus[-1].nvlinks) == 18
+    assert decode_agent_message(encode(inventory)) == inventory
+
+
+@pytest.mark.parametrize(
+    ("functions", "driver", "cuda"),
+    [
+        ({"nvmlSystemGetDriverVersion"}, None, "12.4"),
+        ({"nvmlSystemGetCudaDriverVersion_v2"}, "550.90.07", "12.4"),  # the older function answers
+        ({"nvmlSystemGetCudaDriverVersion_v2", "nvmlSystemGetCudaDriverVersion"}, "550.90.07", None),
+    ],
+)
+def test_it_leaves_out_driver_facts_nvml_cannot_give(functions, driver, cuda):
+    fake = FakeNvml()
+    fake.unsupported = functions
+    with fake.patched():
+        host = NvmlCollector(hostname="gpu-001").discover().host
+
+    assert (host.driver_version, host.cuda_version) == (driver, cuda)
+
+
+def test_it_samples_without_xid_events_when_nvml_has_no_event_sets(caplog):
+    fake = FakeNvml()
+    fake.unsupported = {"nvmlEventSetCreate"}
+    fake.events.append((0, 13))
+    with fake.patched():
+        collector, (_, second) = collect(fake)
+        events = collector.drain_events()
+
+    assert events == []
+    assert len(second.gpus) == 8
+    assert "XID events will not be reported" in caplog.text
+
+
+def test_it_reports_xid_events_from_the_gpus_that_can_register_for_them(caplog):
+    fake = FakeNvml([FakeGpu(0, unsupported={"nvmlDeviceRegisterEvents"}), FakeGpu(1)])
+    with fake.patched():
+        NvmlCollector(hostname="gpu-001")
+
+    assert fake.registered == [1]
+    assert "GPU 0 cannot report XID events" in caplog.text
 
 
 def test_it_leaves_out_a_reading_the_protocol_would_refuse_and_keeps_the_frame_valid(caplog):
