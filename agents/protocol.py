@@ -65,7 +65,10 @@ class GpuInfo(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     pci_bus_id: ShortText | None = None
     power_limit_w: Watts | None = None
     pcie_gen: Annotated[int, msgspec.Meta(ge=1, le=7)] | None = None
-    pcie_width: Annotated[int, msgspec.Meta(ge=1, le=32)] | None = None
+    pcie_width: Annotated[int, msgspec.Meta(ge=1, le=32)] | None = None  # gen and width the link can reach
+    # The width the link trained at: under pcie_width means a degraded slot, riser or cable. (The current
+    # generation is not inventory: GPUs drop to Gen1 when idle to save power.)
+    pcie_width_current: Annotated[int, msgspec.Meta(ge=1, le=32)] | None = None
     nvlinks: list[NvLinkPeer] = []
 
 

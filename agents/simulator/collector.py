@@ -1,0 +1,132 @@
+"""The simulated backend behind the ``Collector`` interface: what the fleet simulator's agents use
+instead of NVML and sysfs. Its identity (UUIDs, serials, PCI ids, GUIDs) is as deterministic as its
+dynamics: the same hostname and seed give the same node every time."""
+
+import random
+import uuid
+from collections.abc import Iterable
+
+from agents.protocol import GpuEvent, GpuInfo, HostFacts, Inventory, NodeSample, NvLinkPeer, PortInfo
+from agents.simulator.faults import FaultSpec, parse_fault_spec
+from agents.simulator.model import NodeDied, NodeModel
+from agents.simulator.profiles import Profile, profile_named
+from agents.simulator.workloads import Training, Workload
+
+SIMULATED_KERNEL = "5.15.0-119-generic"
+SIMULATED_OS = "Ubuntu 22.04.4 LTS"
+MELLANOX_OUI = "b859:9f03"  # the high half of a ConnectX HCA's GUID
+
+
+class SimulatedCollector:
+    simulated = True
+
+    def __init__(
+        self,
+        profile: Profile | str,
+        hostname: str,
+        seed: int = 0,
+        faults: Iterable[FaultSpec] | str = (),
+        workload: Workload | None = None,
+        start: float | None = None,
+    ) -> None:
+        """``faults`` may be FaultSpecs or the text format (``faults.py``); only those for this
+        ``hostname`` (or ``*``) apply. ``start`` is the epoch time of simulation time 0 (default:
+        the first sample's time). Raises FaultSpecError for a fault this node cannot have."""
+        self.profile = profile_named(profile) if isinstance(profile, str) else profile
+        self.hostname = hostname
+        specs = parse_fault_spec(faults) if isinstance(faults, str) else list(faults)
+        self.model = NodeModel(
+            self.profile,
+            hostname,
+            seed,
+            workload if workload is not None else Training(),
+            faults=[spec for spec in specs if spec.applies_to(hostname)],
+            start=start,
+        )
+        self._identity = _Identity(self.profile, hostname, seed)
+
+    @property
+    def dead(self) -> bool:
+        return self.model.died_at is not None
+
+    def discover(self) -> Inventory:
+        """Raises ``NodeDied`` once the node has died."""
+        profile, identity, model = self.profile, self._identity, self.model
+        if model.died_at is not None:
+            raise NodeDied(self.hostname, model.died_at)
+        gpus = [
+            GpuInfo(
+                index=gpu.index,
+                uuid=identity.uuids[gpu.index],
+                name=profile.name,
+                serial=identity.serials[gpu.index],
+                memory_mib=profile.memory_mib,
+                pci_bus_id=f"0000:{profile.pci_buses[gpu.index]}:00.0",
+                power_limit_w=profile.power_limit_w,
+                pcie_gen=profile.pcie_gen,
+                pcie_width=16,
+                pcie_width_current=16,
+                nvlinks=identity.nvlinks(gpu.inactive_links),
+            )
+            for gpu in model.gpus
+            if gpu.present
+        ]
+        ports = [
+            PortInfo(
+                device=port.device,
+                port=1,
+                kind="infiniband",
+                rate_gbps=profile.ib_rate_gbps,
+                state=port.state,
+                physical_state="LinkUp" if port.state == "active" else "LinkErrorRecovery",
+                guid=identity.port_guids[number],
+            )
+            for number, port in enumerate(model.ports)
+        ]
+        host = HostFacts(
+            hostname=self.hostname,
+            driver_version=profile.driver_version,
+            cuda_version=profile.cuda_version,
+            kernel=SIMULATED_KERNEL,
+            os=SIMULATED_OS,
+            cpu_model=profile.cpu_model,
+            cpu_count=profile.cpu_count,
+            memory_gib=profile.host_memory_gib,
+        )
+        return Inventory(host=host, gpus=gpus, ports=ports)
+
+    def sample(self, now: float) -> NodeSample:
+        """Raises ``NodeDied`` once the node has died."""
+        gpus, ports = self.model.sample(now)
+        return NodeSample(ts=now, gpus=gpus, ports=ports)
+
+    def drain_events(self) -> list[GpuEvent]:
+        events, self.model.events = self.model.events, []
+        return events
+
+    def close(self) -> None:
+        pass
+
+
+class _Identity:
+    """Serial numbers and ids that look like a real node's and never change for (hostname, seed)."""
+
+    def __init__(self, profile: Profile, hostname: str, seed: int) -> None:
+        rng = random.Random(f"{seed}:{hostname}:identity")
+        self.uuids = [f"GPU-{uuid.UUID(int=rng.getrandbits(128), version=4)}" for _ in range(profile.gpus)]
+        self.serials = [f"{profile.serial_prefix}{rng.randrange(10**8):08d}" for _ in range(profile.gpus)]
+        self.port_guids = [
+            f"{MELLANOX_OUI}:{rng.getrandbits(16):04x}:{rng.getrandbits(16):04x}" for _ in range(profile.ib_ports)
+        ]
+        self.nvlink_peers = [
+            bus for bus, links in zip(profile.nvswitch_buses, profile.nvswitch_links, strict=True) for _ in range(links)
+        ]
+
+    def nvlinks(self, inactive: set[int]) -> list[NvLinkPeer]:
+        """Each link to its NVSwitch; a link that went down (XID 74) is inactive and shows no peer."""
+        return [
+            NvLinkPeer(link=link, active=False)
+            if link in inactive
+            else NvLinkPeer(link=link, active=True, peer_pci_bus_id=switch)
+            for link, switch in enumerate(self.nvlink_peers)
+        ]

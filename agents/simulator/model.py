@@ -1,0 +1,420 @@
+"""One simulated node: its GPUs' and ports' dynamics under a workload, and the faults it suffers.
+
+Dynamics, per GPU and per sample: utilization follows the workload (with a little jitter and a
+per-GPU offset, as real silicon differs); power follows utilization between the profile's idle draw
+and its limit, and is capped at the limit (the SW power cap reason bit); temperature follows power
+with a first-order lag (time constant 30 s) towards inlet + thermal resistance × power; above the
+slowdown temperature the SM clock drops, and with it the power, so a hot GPU settles a few degrees
+over the threshold with the thermal slowdown bits set. Memory in use follows the workload; NVLink
+and InfiniBand traffic follow its communication share.
+
+Faults change the state the way the hardware does (see ``faults.py`` for the list): an XID is an
+event plus the counters, flags and recovery action the driver would show; XID 79 also takes the GPU
+out of every later sample and of the inventory; a dead node raises ``NodeDied`` from then on.
+
+Everything random comes from ``random.Random`` streams seeded by (seed, hostname): the same seed and
+the same sample times give the same samples, and the fault stream is separate from the noise stream,
+so adding a fault does not change the rest of the fleet's numbers.
+
+Cost: one 8-GPU, 8-port node sample takes about 35 µs on this project's 2-core development machine
+(CPython 3.11; tests/agents/test_simulator_model.py measures it), so 1,000 nodes at 1 Hz spend about
+3.5% of one core simulating.
+"""
+
+import heapq
+import math
+import random
+from collections.abc import Callable, Iterable
+from typing import Final
+
+from agents.collectors.infiniband import port_event
+from agents.protocol import GpuEvent, GpuSample, PortSample, PortState
+from agents.simulator.faults import CONDITIONS, FaultSpec, FaultSpecError
+from agents.simulator.profiles import Profile
+from agents.simulator.workloads import Workload
+
+# Clock event reason bits, as nvmlDeviceGetCurrentClocksEventReasons reports them.
+GPU_IDLE: Final = 0x1
+SW_POWER_CAP: Final = 0x4
+HW_SLOWDOWN: Final = 0x8
+SW_THERMAL_SLOWDOWN: Final = 0x20
+HW_THERMAL_SLOWDOWN: Final = 0x40
+
+# NVML_FI_DEV_GET_GPU_RECOVERY_ACTION values.
+RECOVERY_NONE: Final = 0
+RECOVERY_GPU_RESET: Final = 1
+RECOVERY_DRAIN_AND_RESET: Final = 4
+
+TEMPERATURE_TIME_CONSTANT_S: Final = 30.0
+THROTTLE_PER_DEGREE: Final = 0.045  # SM clock lost per °C over the slowdown temperature
+STRAGGLER_DEFICIT_W: Final = 50.0
+STRAGGLER_CLOCK: Final = 0.9
+FAILED_COOLING_RESISTANCE: Final = 2.0  # the thermal fault doubles the GPU's thermal resistance
+FLAP_PERIOD_S: Final = 12.0
+FLAP_DOWN_S: Final = 3.0
+RANDOM_CONDITION_S: Final = {"thermal": 900.0, "flap": 300.0}  # how long a random condition lasts
+CLOCK_STEP_MHZ: Final = 15
+
+# (event text, recovery action) of each XID, as the driver reports them.
+XIDS: Final = {
+    79: ("GPU has fallen off the bus.", None),
+    48: ("An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer.", RECOVERY_GPU_RESET),
+    94: ("Contained ECC error.", RECOVERY_NONE),
+    95: ("Uncontained ECC error.", RECOVERY_DRAIN_AND_RESET),
+    63: ("Row Remapper: New row marked for remapping, reset GPU to activate.", RECOVERY_GPU_RESET),
+    64: ("Row Remapper: Failed to remap a row.", RECOVERY_DRAIN_AND_RESET),
+    74: ("NVLink: fatal error detected on link {link}.", RECOVERY_GPU_RESET),
+}
+
+
+class NodeDied(Exception):
+    """The simulated node is dead: the runtime drops its socket and stops sampling it."""
+
+    def __init__(self, hostname: str, at: float) -> None:
+        super().__init__(f"Simulated node {hostname} died at {at:.0f}.")
+        self.hostname = hostname
+        self.at = at
+
+
+class SimGpu:
+    __slots__ = (
+        "ecc_corrected_aggregate",
+        "ecc_corrected_volatile",
+        "ecc_uncorrected_aggregate",
+        "ecc_uncorrected_volatile",
+        "inactive_links",
+        "index",
+        "inlet_offset_c",
+        "memory_share",
+        "nvlink_crc_errors",
+        "nvlink_recovery_errors",
+        "nvlink_replay_errors",
+        "pcie_replay_count",
+        "power_offset_w",
+        "present",
+        "recovery_action",
+        "remapped_rows_correctable",
+        "remapped_rows_failed",
+        "remapped_rows_pending",
+        "remapped_rows_uncorrectable",
+        "resistance",
+        "straggler",
+        "temp_c",
+        "util_offset",
+    )
+
+    def __init__(self, index: int, rng: random.Random) -> None:
+        self.index = index
+        self.present = True
+        # How this GPU differs from its siblings: silicon, its place in the airflow, its allocator.
+        self.util_offset = rng.uniform(-1.0, 1.0)
+        self.power_offset_w = rng.uniform(-5.0, 5.0)
+        self.inlet_offset_c = rng.uniform(-3.0, 3.0)
+        self.memory_share = rng.uniform(0.97, 1.0)
+        self.resistance = 1.0
+        self.straggler = False
+        self.temp_c = 0.0
+        self.ecc_corrected_volatile = 0
+        self.ecc_uncorrected_volatile = 0
+        self.ecc_corrected_aggregate = rng.choice((0, 0, 0, 0, 1, 2, 7))
+        self.ecc_uncorrected_aggregate = 0
+        self.remapped_rows_correctable = self.ecc_corrected_aggregate // 4
+        self.remapped_rows_uncorrectable = 0
+        self.remapped_rows_pending = False
+        self.remapped_rows_failed = False
+        self.pcie_replay_count = 0
+        self.nvlink_crc_errors = 0
+        self.nvlink_replay_errors = 0
+        self.nvlink_recovery_errors = 0
+        self.recovery_action = RECOVERY_NONE
+        self.inactive_links: set[int] = set()
+
+    def recommend(self, action: int | None) -> None:
+        if action is not None:
+            self.recovery_action = max(self.recovery_action, action)
+
+
+class SimPort:
+    __slots__ = ("device", "downs_seen", "flapping_since", "last", "link_downed", "rcv_errors", "symbol_errors")
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.flapping_since: float | None = None
+        self.downs_seen = 0
+        self.symbol_errors = 0
+        self.link_downed = 0
+        self.rcv_errors = 0
+        self.last: PortSample | None = None
+
+    @property
+    def state(self) -> PortState:
+        return self.last.state if self.last is not None else "active"
+
+
+class NodeModel:
+    def __init__(
+        self,
+        profile: Profile,
+        hostname: str,
+        seed: int,
+        workload: Workload,
+        faults: Iterable[FaultSpec] = (),
+        start: float | None = None,
+    ) -> None:
+        self.profile = profile
+        self.hostname = hostname
+        self.workload = workload
+        self.start = start  # epoch seconds of simulation time 0; the first sample's time when None
+        self._noise = random.Random(f"{seed}:{hostname}:noise")
+        self._faults = random.Random(f"{seed}:{hostname}:faults")
+        self.gpus = [SimGpu(index, self._noise) for index in range(profile.gpus)]
+        self.ports = [SimPort(f"mlx5_{number}") for number in range(profile.ib_ports)]
+        self.died_at: float | None = None
+        self.events: list[GpuEvent] = []
+        self._t: float | None = None  # simulation time of the last sample
+        self._timeline: list[tuple[float, int, Callable[[float], None]]] = []
+        self._scheduled = 0
+        for spec in faults:
+            self._schedule_spec(spec)
+
+    # Faults ------------------------------------------------------------------------------------
+
+    def _schedule_spec(self, spec: FaultSpec) -> None:
+        if spec.gpu is not None and not 0 <= spec.gpu < len(self.gpus):
+            raise FaultSpecError(f"Fault {spec}: {self.hostname} has GPUs gpu0 to gpu{len(self.gpus) - 1}.")
+        if spec.port is not None and spec.port not in {port.device for port in self.ports}:
+            names = ", ".join(port.device for port in self.ports)
+            raise FaultSpecError(f"Fault {spec}: {self.hostname} has no port {spec.port!r}; it has {names}.")
+        begin = spec.at_s or 0.0
+        if spec.rate_per_hour is None:
+            target = self._target(spec)  # chosen now, so a scripted fault hits the same GPU whatever else happens
+            self._at(begin, lambda t: self._start(spec, t, target))
+        else:
+            self._recur(spec, spec.rate_per_hour / 3600, begin, first=True)
+
+    def _recur(self, spec: FaultSpec, per_second: float, t: float, first: bool = False) -> None:
+        """A random fault: strike (unless this is the scheduling of the first), then schedule the next."""
+        if not first:
+            self._start(spec, t, self._target(spec))
+        self._at(t + self._faults.expovariate(per_second), lambda at: self._recur(spec, per_second, at))
+
+    def _target(self, spec: FaultSpec) -> int | None:
+        """The GPU or port index the fault hits: the one the spec names, or one chosen by the seed."""
+        if spec.kind == "die":
+            return None
+        if spec.kind == "flap":
+            names = [port.device for port in self.ports]
+            return names.index(spec.port) if spec.port else self._faults.randrange(len(names))
+        if spec.gpu is not None:
+            return spec.gpu
+        present = [gpu.index for gpu in self.gpus if gpu.present]
+        return self._faults.choice(present) if present else None
+
+    def _at(self, t: float, action: Callable[[float], None]) -> None:
+        self._scheduled += 1
+        heapq.heappush(self._timeline, (t, self._scheduled, action))
+
+    def _start(self, spec: FaultSpec, t: float, target: int | None) -> None:
+        kind = spec.kind
+        if kind == "die":
+            self.died_at = self._epoch(t)
+            return
+        if target is None:
+            return  # every GPU is already gone
+        index: int = target
+        if kind == "flap":
+            self._set_flapping(index, t)
+        elif not self.gpus[index].present:
+            return
+        elif kind == "thermal":
+            self.gpus[index].resistance = FAILED_COOLING_RESISTANCE
+        elif kind == "straggler":
+            self.gpus[index].straggler = True
+        else:
+            self._xid(self.gpus[index], int(kind.removeprefix("xid")), t)
+        if kind in CONDITIONS:
+            duration = spec.duration_s or (RANDOM_CONDITION_S.get(kind) if spec.rate_per_hour else None)
+            if duration:
+                self._at(t + duration, lambda at: self._end(kind, index))
+
+    def _end(self, kind: str, target: int) -> None:
+        if kind == "flap":
+            self.ports[target].flapping_since = None
+        elif kind == "thermal":
+            self.gpus[target].resistance = 1.0
+        else:
+            self.gpus[target].straggler = False
+
+    def _set_flapping(self, port: int, t: float) -> None:
+        if self.ports[port].flapping_since is None:
+            self.ports[port].flapping_since = t
+            self.ports[port].downs_seen = 0
+
+    def _xid(self, gpu: SimGpu, xid: int, t: float) -> None:
+        text, action = XIDS[xid]
+        if xid == 79:
+            gpu.present = False
+        elif xid in (48, 94, 95):
+            gpu.ecc_uncorrected_volatile += 1
+            gpu.ecc_uncorrected_aggregate += 1
+        elif xid == 63:
+            gpu.remapped_rows_uncorrectable += 1
+            gpu.remapped_rows_pending = True
+        elif xid == 64:
+            gpu.remapped_rows_failed = True
+        elif xid == 74:
+            links = [link for link in range(self.profile.nvlink_links) if link not in gpu.inactive_links]
+            link = self._faults.choice(links) if links else 0
+            gpu.inactive_links.add(link)
+            gpu.nvlink_crc_errors += self._faults.randint(20, 200)
+            gpu.nvlink_replay_errors += self._faults.randint(5, 50)
+            gpu.nvlink_recovery_errors += 1
+            text = text.format(link=link)
+        gpu.recommend(action)
+        self.events.append(GpuEvent(ts=self._epoch(t), kind="xid", gpu_index=gpu.index, xid=xid, data=text))
+
+    def _epoch(self, t: float) -> float:
+        return (self.start or 0.0) + t
+
+    # Sampling ----------------------------------------------------------------------------------
+
+    def sample(self, now: float) -> tuple[list[GpuSample], list[PortSample]]:
+        """Advance to ``now`` (epoch seconds) and sample; NodeDied once the node is dead."""
+        if self.start is None:
+            self.start = now
+        t = now - self.start
+        timeline = self._timeline
+        while timeline and timeline[0][0] <= t:
+            at, _, action = heapq.heappop(timeline)
+            action(at)
+        if self.died_at is not None:
+            raise NodeDied(self.hostname, self.died_at)
+        # The first sample starts at thermal equilibrium (settle = 1): a node joins the demo already warm.
+        elapsed = t - self._t if self._t is not None else math.inf
+        self._t = t
+        load = self.workload.load(t)
+        return self._sample_gpus(load, elapsed), self._sample_ports(load, t, now)
+
+    def _sample_gpus(self, load: tuple[float, float, float, float], elapsed: float) -> list[GpuSample]:
+        util_target, power_share, memory_share, comm = load
+        profile = self.profile
+        rnd = self._noise.random
+        settle = 1.0 - math.exp(-elapsed / TEMPERATURE_TIME_CONSTANT_S) if elapsed > 0 else 0.0
+        idle_w, limit_w = profile.idle_power_w, profile.power_limit_w
+        demand_w = idle_w + (limit_w - idle_w) * power_share
+        busy = util_target > 1.0
+        max_clock, slowdown_c, hw_slowdown_c = profile.max_sm_clock_mhz, profile.slowdown_c, profile.hw_slowdown_c
+        inlet_c, resistance = profile.inlet_c, profile.thermal_resistance
+        memory_mib = profile.memory_mib * memory_share
+        links = profile.nvlink_links
+        nvlink_kbps = profile.nvlink_peak_kbps * comm
+        samples = []
+        for gpu in self.gpus:
+            if not gpu.present:
+                continue
+            jitter = rnd()
+            if busy:
+                util = util_target + gpu.util_offset + (jitter - 0.5) * 3.0
+                util = 100.0 if util > 100.0 else util
+                reasons = 0
+            else:
+                util = util_target
+                reasons = GPU_IDLE
+            over_c = gpu.temp_c - slowdown_c
+            thermal = 1.0 if over_c <= 0.0 or not busy else max(0.5, 1.0 - THROTTLE_PER_DEGREE * over_c)
+            power = idle_w + (demand_w * (0.99 + 0.02 * jitter) - idle_w) * thermal + gpu.power_offset_w
+            clock = max_clock * thermal if busy else profile.idle_sm_clock_mhz
+            if power > limit_w:
+                clock *= ((limit_w - idle_w) / (power - idle_w)) ** 1.5
+                power = limit_w - 2.0 * jitter
+                reasons |= SW_POWER_CAP
+            if gpu.straggler and busy:  # a slow part: lower clock, ~50 W under its siblings
+                power -= STRAGGLER_DEFICIT_W * util / 100.0
+                clock *= STRAGGLER_CLOCK
+            target_c = inlet_c + gpu.inlet_offset_c + resistance * gpu.resistance * power
+            gpu.temp_c += (target_c - gpu.temp_c) * settle
+            if over_c > 0.0:
+                reasons |= SW_THERMAL_SLOWDOWN
+                if gpu.temp_c > hw_slowdown_c:
+                    reasons |= HW_THERMAL_SLOWDOWN | HW_SLOWDOWN
+            link_share = 1.0 - len(gpu.inactive_links) / links if gpu.inactive_links else 1.0
+            samples.append(
+                GpuSample(
+                    index=gpu.index,
+                    util_gpu=float(round(util)),
+                    util_mem=float(round(util * 0.45)),
+                    mem_used_mib=int(memory_mib * gpu.memory_share),
+                    temp_c=float(round(gpu.temp_c)),
+                    power_w=round(power, 1),
+                    power_limit_w=limit_w,
+                    sm_clock_mhz=int(clock) // CLOCK_STEP_MHZ * CLOCK_STEP_MHZ,
+                    mem_clock_mhz=profile.mem_clock_mhz,
+                    throttle_reasons=reasons,
+                    ecc_corrected_volatile=gpu.ecc_corrected_volatile,
+                    ecc_uncorrected_volatile=gpu.ecc_uncorrected_volatile,
+                    ecc_corrected_aggregate=gpu.ecc_corrected_aggregate,
+                    ecc_uncorrected_aggregate=gpu.ecc_uncorrected_aggregate,
+                    remapped_rows_pending=gpu.remapped_rows_pending,
+                    remapped_rows_failed=gpu.remapped_rows_failed,
+                    remapped_rows_correctable=gpu.remapped_rows_correctable,
+                    remapped_rows_uncorrectable=gpu.remapped_rows_uncorrectable,
+                    pcie_replay_count=gpu.pcie_replay_count,
+                    nvlink_crc_errors=gpu.nvlink_crc_errors,
+                    nvlink_replay_errors=gpu.nvlink_replay_errors,
+                    nvlink_recovery_errors=gpu.nvlink_recovery_errors,
+                    pcie_tx_kbps=int((1_500_000 * util / 100.0 + 20_000) * (0.6 + 0.8 * jitter)),
+                    pcie_rx_kbps=int((3_000_000 * util / 100.0 + 30_000) * (1.4 - 0.8 * jitter)),
+                    nvlink_tx_kbps=int(nvlink_kbps * link_share * (0.9 + 0.2 * jitter)),
+                    nvlink_rx_kbps=int(nvlink_kbps * link_share * (1.1 - 0.2 * jitter)),
+                    recovery_action=gpu.recovery_action,
+                )
+            )
+        return samples
+
+    def _sample_ports(self, load: tuple[float, float, float, float], t: float, now: float) -> list[PortSample]:
+        rate = self.profile.ib_rate_gbps
+        traffic = rate * load[3]
+        ceiling = rate * 0.97
+        rnd = self._noise.random
+        samples = []
+        for port in self.ports:
+            state: PortState = "active"
+            if port.flapping_since is not None:
+                since = t - port.flapping_since
+                self._count_downs(port, int(since // FLAP_PERIOD_S) + 1)
+                if since % FLAP_PERIOD_S < FLAP_DOWN_S:
+                    state = "down"
+            if state == "active":
+                jitter = rnd()
+                tx = min(ceiling, traffic * (0.85 + 0.25 * jitter))
+                rx = min(ceiling, traffic * (1.1 - 0.25 * jitter))
+            else:
+                tx = rx = 0.0
+            sample = PortSample(
+                device=port.device,
+                port=1,
+                state=state,
+                rate_gbps=rate,
+                tx_gbps=round(tx, 2),
+                rx_gbps=round(rx, 2),
+                symbol_errors=port.symbol_errors,
+                link_downed=port.link_downed,
+                rcv_errors=port.rcv_errors,
+            )
+            event = port_event(port.last, sample, now)
+            if event is not None:
+                self.events.append(event)
+            port.last = sample
+            samples.append(sample)
+        return samples
+
+    def _count_downs(self, port: SimPort, downs: int) -> None:
+        """Each time a flapping link goes down: link_downed counts it, the PHY logs symbol errors."""
+        new = downs - port.downs_seen
+        if new <= 0:
+            return
+        port.downs_seen = downs
+        port.link_downed += new
+        for _ in range(min(new, 100)):
+            port.symbol_errors += self._noise.randint(20, 400)
+            port.rcv_errors += self._noise.randint(0, 5)
