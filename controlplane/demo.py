@@ -314,10 +314,10 @@ def reset_admin() -> AdminCredentials:
 def start_fleet_simulator(supervisor: Supervisor, env: Mapping[str, str], server_url: str) -> None:
     """Start the simulated fleet: the real node agent on simulated GPUs, connected like real nodes.
 
-    The simulator is the ``agents.simulator`` module (a later issue); until it exists the demo runs
-    without a fleet and says so.
+    The fleet runtime is ``agents.simulator.fleet`` (the simulated GPU model lives beside it); until
+    the runtime exists the demo runs without a fleet and says so.
     """
-    if not module_exists("agents.simulator"):
+    if not module_exists("agents.simulator.fleet"):
         supervisor.say("simulated fleet: not available yet")
         return
     supervisor.start("fleet", [sys.executable, "-m", "agents.simulator", "--server", server_url], env)

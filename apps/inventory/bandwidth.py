@@ -65,8 +65,9 @@ def _nvlink_gbs(node: Node, links: list[NvLink]) -> tuple[float | None, str]:
 def _node_bandwidth(node: Node, nvlinks: list[NvLink]) -> NodeBandwidth:
     nics = [p for p in node.ports.all() if p.kind in SCALE_OUT_KINDS]
     active = [p for p in nics if p.is_up and p._link_id is not None]
-    usable = sorted(active, key=lambda p: p.rate_gbps)[: node.node_type.gpus_per_node]
-    slowest = usable[0].rate_gbps if usable else None
+    # NCCL uses at most one NIC per GPU, the fastest ones: a slower frontend port does not count.
+    usable = sorted(active, key=lambda p: p.rate_gbps, reverse=True)[: node.node_type.gpus_per_node]
+    slowest = usable[-1].rate_gbps if usable else None
     nvlink, nvlink_source = _nvlink_gbs(node, nvlinks)
     leaves = sorted({p._peer_switch_port.switch.name for p in nics if p._peer_switch_port is not None})
     return NodeBandwidth(

@@ -153,6 +153,15 @@ def test_204_the_slowest_nic_sets_every_ring(two_leaves):
     assert theoretical_busbw([a, b]).busbw_gbs == 200.0
 
 
+def test_204b_a_slower_extra_port_is_not_a_rail(h100, two_leaves):
+    a, b = two_leaves["nodes"][:2]
+    frontend = NetworkPort.objects.create(
+        node=a, device_name="mlx5_8", kind="roce", rate_gbps=100, link_state=LinkState.ACTIVE
+    )
+    factories.cable(frontend, SwitchPort.objects.create(switch=two_leaves["leaves"][0], name="fe1", rate_gbps=100))
+    assert theoretical_busbw([a, b]).busbw_gbs == 400.0
+
+
 def test_205_crossing_leaves_scales_by_the_cabled_uplink_ratio(two_leaves):
     spine = two_leaves["spine"]
     for leaf in two_leaves["leaves"]:
