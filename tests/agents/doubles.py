@@ -42,8 +42,11 @@ CREDENTIAL_REFUSED = 4401
 class FakeCollector:
     """Implements ``agents.collectors.base.Collector``: every field of every GPU and port, plausible values."""
 
-    def __init__(self, hostname: str = "node-001", *, gpus: int = 8, ports: int = 8, seed: int = 0) -> None:
+    def __init__(
+        self, hostname: str = "node-001", *, gpus: int = 8, ports: int = 8, seed: int = 0, limit: int | None = None
+    ) -> None:
         self.simulated = True
+        self.limit = limit  # after this many samples, sample() fails (a GPU that stopped answering)
         self.hostname = hostname
         self.gpus = gpus
         self.ports = ports
@@ -78,6 +81,8 @@ class FakeCollector:
         )
 
     def sample(self, now: float) -> NodeSample:
+        if self.limit is not None and len(self.sampled_at) >= self.limit:
+            raise RuntimeError("the GPUs stopped answering")
         self.sampled_at.append(now)
         r = self.random.random
         return NodeSample(
@@ -147,6 +152,7 @@ class NodeRecord:
     hostname: str
     cursor: dict[str, int] = field(default_factory=lambda: {"telemetry": 0, "events": 0})
     stored_samples: list[float] = field(default_factory=list)  # sample timestamps, in storage order
+    samples_per_frame: list[int] = field(default_factory=list)  # of every telemetry frame received
     stored_events: list[str] = field(default_factory=list)
     received_seqs: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
     hellos: list[Hello] = field(default_factory=list)
@@ -175,6 +181,10 @@ class FakeControlPlane:
 
     def node(self, hostname: str) -> NodeRecord:
         return next(n for n in self.nodes.values() if n.hostname == hostname)
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
 
     @property
     def url(self) -> str:
@@ -227,6 +237,8 @@ class FakeControlPlane:
             case Telemetry() | Events():
                 stream = "telemetry" if isinstance(message, Telemetry) else "events"
                 node.received_seqs[stream].append(message.seq)
+                if isinstance(message, Telemetry):
+                    node.samples_per_frame.append(len(message.samples))
                 code = self.refuse.pop((stream, message.seq), None)
                 if code is not None:
                     return Error(
