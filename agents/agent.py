@@ -60,7 +60,6 @@ class Agent:
         interval: float = DEFAULT_INTERVAL_S,
         heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL_S,
         discovery_interval: float = DEFAULT_DISCOVERY_INTERVAL_S,
-        phase: float = 0.0,
         follow_server_interval: bool = True,
         backoff: Backoff | None = None,
         clock: Callable[[], float] = time.time,
@@ -72,7 +71,6 @@ class Agent:
         self.label = hostname
         self.interval = interval
         self.discovery_interval = discovery_interval
-        self.phase = phase  # offset of the ticks within the interval: the fleet spreads its nodes over it
         self.follow_server_interval = follow_server_interval
         self.clock = clock
         self.wake = asyncio.Event()
@@ -149,7 +147,7 @@ class Agent:
 
     async def _sample_loop(self) -> None:
         loop = asyncio.get_running_loop()
-        next_tick = loop.time() + self.phase
+        next_tick = loop.time()
         while True:
             delay = next_tick - loop.time()
             if delay > 0:

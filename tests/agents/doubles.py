@@ -6,11 +6,14 @@ The benchmark ``benchmarks/agent_cost.py`` uses both, so they stay plain Python 
 
 import asyncio
 import itertools
+import json
 import random
+import threading
 import zlib
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
@@ -159,6 +162,7 @@ class NodeRecord:
     heartbeats: list[Heartbeat] = field(default_factory=list)
     inventories: list[Inventory] = field(default_factory=list)
     connections: int = 0
+    close_codes: list[int | None] = field(default_factory=list)  # 1006: dropped without a closing handshake
 
 
 class FakeControlPlane:
@@ -218,6 +222,7 @@ class FakeControlPlane:
                     await connection.send(encode(reply).decode())
         except ConnectionClosed:
             pass
+        node.close_codes.append(connection.close_code)
 
     def _answer(self, node: NodeRecord, frame: str | bytes) -> Welcome | Ack | Error | None:
         try:
@@ -269,3 +274,58 @@ async def wait_until(condition: Callable[[], bool], timeout: float = 5.0, step: 
         if loop.time() > deadline:
             raise AssertionError(f"condition not met within {timeout} s")
         await asyncio.sleep(step)
+
+
+class FakeEnrollmentServer:
+    """``POST /api/v1/agents/enroll`` on a real HTTP socket, in a thread: answers each request with
+    ``answer(body) -> (status, json)``; by default enrolls the hostname into ``control_plane``."""
+
+    def __init__(self, control_plane: FakeControlPlane | None = None) -> None:
+        self.control_plane = control_plane
+        self.requests: list[dict] = []
+        self.answer: Callable[[dict], tuple[int, object]] = self._enroll
+        self._http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._thread = threading.Thread(target=self._http.serve_forever, args=(0.05,), daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._http.server_address[1]}"
+
+    def __enter__(self) -> "FakeEnrollmentServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._http.shutdown()
+        self._http.server_close()
+
+    def _enroll(self, body: dict) -> tuple[int, object]:
+        assert self.control_plane is not None
+        credential = self.control_plane.add_node(body["hostname"])
+        node = self.control_plane.nodes[credential]
+        return 201, {
+            "node_id": node.node_id,
+            "hostname": node.hostname,
+            "credential": credential,
+            "server_ws_url": self.control_plane.url,
+        }
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.requests.append({"path": self.path, **body})
+                status, answer = server.answer(body)
+                payload = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        return Handler
