@@ -136,6 +136,8 @@ class Transport:
         while not stop.is_set():
             try:
                 await self._connect_once(stop)
+                if stop.is_set():
+                    break
                 delay = self.backoff.next_delay()
                 log.warning("%s: connection to %s closed; reconnecting in %.1f s", label, self.url, delay)
             except CredentialRefused as exc:

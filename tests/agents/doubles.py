@@ -40,6 +40,34 @@ from agents.protocol import (
 )
 
 CREDENTIAL_REFUSED = 4401
+# ``python -c`` program: ``cp-agent ARGS`` with FakeCollector standing in for the simulator's model, so
+# ``cp-agent run --simulated PROFILE`` runs the real CLI path in a subprocess (tests, agent_cost benchmark).
+RUN_WITH_FAKE_COLLECTOR = """
+import sys
+import agents.simulator.fleet as fleet
+from agents.cli import main
+from tests.agents.doubles import FakeCollector
+
+fleet.simulated_collector_factory = lambda: lambda profile, hostname, seed, faults: FakeCollector(hostname)
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+HEALTHY_COUNTERS = dict.fromkeys(
+    (
+        "throttle_reasons",
+        "ecc_corrected_volatile",
+        "ecc_uncorrected_volatile",
+        "ecc_uncorrected_aggregate",
+        "remapped_rows_correctable",
+        "remapped_rows_uncorrectable",
+        "pcie_replay_count",
+        "nvlink_crc_errors",
+        "nvlink_replay_errors",
+        "nvlink_recovery_errors",
+    ),
+    0,
+)
 
 
 class FakeCollector:
@@ -101,20 +129,11 @@ class FakeCollector:
                     power_limit_w=700.0,
                     sm_clock_mhz=1980,
                     mem_clock_mhz=2619,
-                    throttle_reasons=0,
-                    ecc_corrected_volatile=0,
-                    ecc_uncorrected_volatile=0,
                     ecc_corrected_aggregate=3,
-                    ecc_uncorrected_aggregate=0,
                     retired_pages_pending=False,
                     remapped_rows_pending=False,
                     remapped_rows_failed=False,
-                    remapped_rows_correctable=0,
-                    remapped_rows_uncorrectable=0,
-                    pcie_replay_count=0,
-                    nvlink_crc_errors=0,
-                    nvlink_replay_errors=0,
-                    nvlink_recovery_errors=0,
+                    **HEALTHY_COUNTERS,
                     pcie_tx_kbps=int(1e6 * r()),
                     pcie_rx_kbps=int(1e6 * r()),
                     nvlink_tx_kbps=int(1e8 * r()),

@@ -7,7 +7,6 @@ import signal
 import stat
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 from agents.buffer import TelemetryBuffer
 from agents.cli import EXIT_CONFIG, EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE, main
 from agents.config import load_config
-from tests.agents.doubles import FakeEnrollmentServer
+from tests.agents.doubles import RUN_WITH_FAKE_COLLECTOR, FakeEnrollmentServer
 
 REPO = Path(__file__).resolve().parents[2]
 ENROLLED = {"node_id": 7, "hostname": "gpu-007", "credential": "cpn_7_s3cret", "server_ws_url": "ws://cp/ws/agent"}
@@ -171,19 +170,6 @@ def test_status_shows_the_node_the_server_and_the_spooled_buffer(enrollment, tmp
     assert report["node_id"] == 7
 
 
-RUN_WITH_A_TEST_COLLECTOR = textwrap.dedent(
-    """
-    import sys
-    import agents.simulator.fleet as fleet
-    from agents.cli import main
-    from tests.agents.doubles import FakeCollector
-
-    fleet.simulated_collector_factory = lambda: lambda profile, hostname, seed, faults: FakeCollector(hostname)
-    sys.exit(main(sys.argv[1:]))
-    """
-)
-
-
 def test_run_samples_while_the_server_is_away_and_a_sigterm_flushes_the_buffer_to_disk(tmp_path):
     config, state = tmp_path / "agent.json", tmp_path / "state"
     config.write_text(
@@ -200,7 +186,7 @@ def test_run_samples_while_the_server_is_away_and_a_sigterm_flushes_the_buffer_t
     )
     command = ["run", "--config", str(config), "--simulated", "h100", "--interval", "0.1"]
     agent = subprocess.Popen(
-        [sys.executable, "-c", RUN_WITH_A_TEST_COLLECTOR, *command],
+        [sys.executable, "-c", RUN_WITH_FAKE_COLLECTOR, *command],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         stderr=subprocess.PIPE,
