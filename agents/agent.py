@@ -131,8 +131,9 @@ class Agent:
             await stop.wait()
         finally:
             sampler.cancel()
-            await asyncio.gather(sampler, return_exceptions=True)
-            await transport
+            if not stop.is_set():  # cancelled from outside rather than stopped: no goodbye to wait for
+                transport.cancel()
+            await asyncio.gather(sampler, transport, return_exceptions=True)
             self.close()
 
     def close(self) -> None:

@@ -192,6 +192,7 @@ class FakeControlPlane:
         self.nodes: dict[str, NodeRecord] = {}  # by credential
         self.refuse: dict[tuple[str, int], str] = {}  # (stream, seq) -> error code to answer with, once
         self.send_error_stream = True  # False: answer like a server that leaves Error.stream out
+        self.acknowledging = True  # False: store, but never ack (a server stuck behind its database)
         self.port = 0
         self._server: Server | None = None
         self._ids = itertools.count(1)
@@ -277,7 +278,7 @@ class FakeControlPlane:
                     else:
                         node.stored_events.extend(event.data for event in message.events)
                     node.cursor[stream] = message.seq
-                return Ack(stream=stream, seq=node.cursor[stream])
+                return Ack(stream=stream, seq=node.cursor[stream]) if self.acknowledging else None
             case Heartbeat():
                 node.heartbeats.append(message)
             case Inventory():

@@ -244,6 +244,24 @@ async def test_a_frame_refused_for_now_stays_buffered_and_goes_out_after_the_nex
 
 
 @pytest.mark.asyncio
+async def test_no_more_than_the_in_flight_window_goes_out_unacknowledged(control_plane, make_agent):
+    control_plane.acknowledging = False
+    agent = make_agent("gpu-a15")
+    agent.transport = Transport(control_plane.url, agent.transport.credential, agent, max_in_flight=3)
+    node = control_plane.node("gpu-a15")
+
+    async with running(agent):
+        await wait_until(lambda: agent.samples_taken >= 8)
+        assert node.received_seqs["telemetry"] == [1, 2, 3]
+        control_plane.acknowledging = True
+        await control_plane.stop(abrupt=True)  # the next connection's Welcome tells what is stored
+        await control_plane.start()
+        await wait_until(lambda: len(node.stored_samples) >= 8)
+
+    assert node.stored_samples == sorted(set(node.stored_samples))
+
+
+@pytest.mark.asyncio
 async def test_discovery_is_sent_on_every_connect_and_whenever_it_changes(control_plane, make_agent):
     collector = FakeCollector("gpu-a9", gpus=2, ports=1)
     agent = make_agent("gpu-a9", collector=collector)
@@ -319,3 +337,17 @@ async def test_the_server_interval_from_welcome_is_adopted(control_plane, make_a
         await wait_until(lambda: agent.transport.connected)
 
     assert agent.interval == 0.25
+
+
+@pytest.mark.asyncio
+async def test_an_agent_cancelled_from_outside_ends_promptly_and_still_flushes(control_plane, make_agent, tmp_path):
+    collector = FakeCollector("gpu-a16", gpus=1, ports=0)
+    agent = make_agent("gpu-a16", collector=collector, state_dir=tmp_path / "state")
+    task = asyncio.create_task(agent.run(asyncio.Event()))
+    await wait_until(lambda: agent.transport.connected)
+
+    task.cancel()
+    await asyncio.wait({task}, timeout=2)
+
+    assert task.done()
+    assert collector.closed
