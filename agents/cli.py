@@ -26,7 +26,7 @@ from typing import Any, Final
 import msgspec
 
 from agents import __version__
-from agents.agent import Agent
+from agents.agent import DEFAULT_INTERVAL_S, Agent
 from agents.buffer import TelemetryBuffer, spool_summary, write_private_file
 from agents.collectors.base import Collector
 from agents.config import (
@@ -120,7 +120,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         server_url=config.server_ws_url,
         credential=config.credential,
         hostname=config.hostname,
-        interval=args.interval or config.interval_s or 1.0,
+        interval=args.interval or config.interval_s or DEFAULT_INTERVAL_S,
         follow_server_interval=args.interval is None and config.interval_s is None,
     )
     _run_until_signalled(agent.run)
