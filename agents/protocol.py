@@ -178,11 +178,13 @@ class Hello(Message, tag="hello"):
     hostname: Hostname
     simulated: bool = False
     buffered_samples: Annotated[int, msgspec.Meta(ge=0)] = 0
+    dropped_samples: Annotated[int, msgspec.Meta(ge=0)] = 0  # lost from a full buffer, ever (counted, not hidden)
 
 
 class Heartbeat(Message, tag="heartbeat"):
     ts: Timestamp
     buffered_samples: Annotated[int, msgspec.Meta(ge=0)] = 0
+    dropped_samples: Annotated[int, msgspec.Meta(ge=0)] = 0
 
 
 AgentMessage = Hello | Inventory | Telemetry | Events | Heartbeat
@@ -213,6 +215,7 @@ class Error(Message, tag="error"):
     code: ErrorCode
     message: Annotated[str, msgspec.Meta(max_length=2000)]
     seq: int | None = None  # the frame's seq when it had one, so the agent knows what was refused
+    stream: Literal["telemetry", "events"] | None = None  # which stream that seq belongs to
 
 
 ServerMessage = Welcome | Ack | Error

@@ -1,6 +1,8 @@
-"""The simulated backend of the fleet simulator: a node's GPUs and ports with realistic dynamics
-and scripted or random faults, behind the same ``Collector`` interface as the real NVML and sysfs
-readers. (The runtime that runs many of them, each a real WebSocket client, builds on this.)"""
+"""The fleet simulator: the real agent code over a simulated NVML backend.
+
+The backend is a node's GPUs and ports with realistic dynamics and scripted or random faults,
+behind the same ``Collector`` interface as the real NVML and sysfs readers; ``fleet`` runs many
+such nodes in one process, each a real WebSocket client."""
 
 from agents.simulator.collector import SimulatedCollector
 from agents.simulator.faults import FaultSpec, FaultSpecError, parse_fault_spec
