@@ -314,10 +314,10 @@ def reset_admin() -> AdminCredentials:
 def start_fleet_simulator(supervisor: Supervisor, env: Mapping[str, str], server_url: str) -> None:
     """Start the simulated fleet: the real node agent on simulated GPUs, connected like real nodes.
 
-    The fleet runtime is ``agents.simulator.fleet`` (the simulated GPU model lives beside it); until
-    the runtime exists the demo runs without a fleet and says so.
+    The fleet runtime is ``agents.simulator.fleet``; its nodes enroll through ``apps.gateway``. Until
+    both exist the demo runs without a fleet and says so.
     """
-    if not module_exists("agents.simulator.fleet"):
+    if not (module_exists("agents.simulator.fleet") and module_exists("apps.gateway")):
         supervisor.say("simulated fleet: not available yet")
         return
     supervisor.start("fleet", [sys.executable, "-m", "agents.simulator", "--server", server_url], env)
