@@ -1,0 +1,10 @@
+from celery import shared_task
+from django.conf import settings
+
+from apps.accounts.audit import purge_expired
+
+
+@shared_task(queue="maintenance", soft_time_limit=600, time_limit=660, ignore_result=True)
+def purge_audit_log() -> int:
+    """Daily (see CELERY_BEAT_SCHEDULE): drop audit entries past ``AUDIT_LOG_RETENTION_DAYS``."""
+    return purge_expired(retention_days=settings.AUDIT_LOG_RETENTION_DAYS)
