@@ -23,6 +23,7 @@ from apps.accounts.models import ApiToken, User
 from apps.accounts.roles import Role, role_rank
 from apps.inventory.models import Cluster, Rack
 from tests import factories
+from tests.shared_data import rolled_back_afterwards
 
 ANONYMOUS = "anonymous"
 PUBLIC = "public"  # needs no credentials at all
@@ -131,9 +132,16 @@ def test_it_serves_no_view_that_the_matrix_cannot_see():
     assert not hidden, f"Views outside the role matrix: {hidden}"
 
 
-@pytest.fixture
-def world(db):
-    """One row of every kind the API serves, so each ``{id}`` names a real object."""
+@pytest.fixture(scope="module")
+def world(django_db_setup, django_db_blocker):
+    """One row of every kind the API serves, so each ``{id}`` names a real object. Built once: each
+    test's writes are rolled back with its own transaction."""
+    with rolled_back_afterwards(django_db_blocker):
+        build_world()
+        yield
+
+
+def build_world() -> None:
     cluster = factories.cluster()
     node_type = factories.node_type(nics=2, gpus=2)
     Rack.objects.create(cluster=cluster, name="r01")
