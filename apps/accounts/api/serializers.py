@@ -82,7 +82,7 @@ class ApiTokenSerializer(serializers.ModelSerializer):
         queryset=User.objects.all(), required=False, help_text="Owner; defaults to the caller."
     )
     is_usable = serializers.BooleanField(read_only=True)
-    key_prefix = serializers.SerializerMethodField()
+    key_prefix = serializers.SerializerMethodField(help_text="How the token starts, to tell tokens apart.")
 
     class Meta:
         model = ApiToken
@@ -101,6 +101,10 @@ class ApiTokenSerializer(serializers.ModelSerializer):
             "is_usable",
         ]
         read_only_fields = ["created_at", "revoked_at", "last_used_at", "last_used_ip"]
+        extra_kwargs = {"role": {"default": Role.VIEWER}}
+        # DRF would make ``user`` required for the (user, name) unique constraint; validate() checks it
+        # once the owner is known, with a message that names the token.
+        validators: list = []
 
     def get_key_prefix(self, token: ApiToken) -> str:
         return f"cpt_{token.key_id}_"
@@ -112,7 +116,7 @@ class ApiTokenSerializer(serializers.ModelSerializer):
 
     def validate(self, attrs: dict) -> dict:
         owner = attrs.get("user") or self.context["request"].user
-        problem = scope_problem(attrs.get("role", Role.VIEWER), owner)
+        problem = scope_problem(attrs["role"], owner)
         if problem:
             raise serializers.ValidationError({"role": problem})
         if ApiToken.objects.filter(user=owner, name=attrs["name"]).exists():
