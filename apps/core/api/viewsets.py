@@ -62,7 +62,9 @@ class BaseModelViewSet(viewsets.ModelViewSet):
         serializer.instance = self.reloaded(obj)
 
     def perform_update(self, serializer: serializers.BaseSerializer) -> None:
-        before = field_values(serializer.instance)
+        # "Before" as stored, not as held: validation may already have set new values on the instance.
+        instance = serializer.instance
+        before = field_values(type(instance)._default_manager.get(pk=instance.pk))
         with transaction.atomic():
             obj = serializer.save()
         changes = changed_fields(before, field_values(obj), self.audit_redacted_fields)
