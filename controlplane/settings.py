@@ -132,10 +132,6 @@ CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "default"
-# Each task's queue is declared here: Celery 5.7 deprecates the ``queue`` task attribute (no effect in 6.0).
-CELERY_TASK_ROUTES = {
-    "apps.accounts.tasks.purge_audit_log": {"queue": "maintenance"},
-}
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -155,10 +155,23 @@ def build_world() -> None:
     record("test.setup", actor="system:test")
 
 
+def model_for(path: str) -> type[models.Model]:
+    """The model whose id fills ``{id}``: the view's own, or for a plain APIView such as
+    ``/costs/clusters/{id}/rate`` that of the resource named before ``{id}`` (``/clusters/{id}``)."""
+    model = next(model for (_, served), model in ENDPOINTS.items() if served == path)
+    if model is not None:
+        return model
+    resource = path.split("/{id}")[0].rsplit("/", 1)[1]
+    for (_, served), candidate in ENDPOINTS.items():
+        if candidate is not None and served.endswith(f"/{resource}/{{id}}"):
+            return candidate
+    pytest.fail(f"Cannot tell which model's id {path} takes: no /{resource}/{{id}} endpoint to learn it from.")
+
+
 def url_for(path: str) -> str:
-    model = ENDPOINTS[next(key for key in ENDPOINTS if key[1] == path)]
     if "{id}" not in path:
         return path
+    model = model_for(path)
     obj = model._default_manager.order_by("pk").first()
     if obj is None:
         pytest.fail(f"No {model._meta.label} exists to call {path}; build one in the `world` fixture.")
