@@ -209,18 +209,6 @@ def test_it_cannot_be_rewritten_through_the_api(admin_api, history, method):
 # The admin site -----------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def admin_site(db, settings) -> APIClient:
-    # The manifest storage needs collectstatic, which tests do not run.
-    settings.STORAGES = {
-        **settings.STORAGES,
-        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
-    }
-    client = APIClient()
-    client.force_login(User.objects.create(username="root", is_staff=True, is_superuser=True))
-    return client
-
-
 def test_it_shows_the_log_in_the_admin_read_only(admin_site, history):
     entry = history["token"]
 
@@ -263,7 +251,6 @@ def test_it_audits_revoking_tokens_in_the_admin(admin_site, user_with_role):
     response = admin_site.post(
         "/admin/accounts/apitoken/",
         {"action": "revoke", "_selected_action": [first.pk, second.pk]},
-        format="multipart",
     )
 
     assert response.status_code == 302

@@ -296,6 +296,17 @@ def test_it_lists_the_tokens_that_still_work(admin_api, bot):
     assert sorted(t["name"] for t in unusable) == ["expired", "revoked"]
 
 
+def test_it_keeps_a_token_with_its_owner_in_the_admin(admin_site, bot):
+    token, _ = ApiToken.issue(user=bot, name="nightly-sweep", role=Role.VIEWER)
+
+    page = admin_site.get(f"/admin/accounts/apitoken/{token.pk}/change/")
+
+    assert page.status_code == 200
+    assert b'name="user"' not in page.content  # shown, not editable
+    assert b'name="role"' in page.content
+    assert admin_site.get("/admin/accounts/apitoken/add/").status_code == 403
+
+
 # manage.py create_api_token -----------------------------------------------------------------------
 
 
