@@ -7,6 +7,7 @@ key unless one is given. The one-command demo (``make demo``) supplies its own d
 from pathlib import Path
 
 import dj_database_url
+from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 from kombu import Queue
 
@@ -142,6 +143,10 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SOFT_TIME_LIMIT = 300
 CELERY_TASK_TIME_LIMIT = 360
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# Installed into the database scheduler on beat's start; times are UTC (CELERY_TIMEZONE).
+CELERY_BEAT_SCHEDULE = {
+    "purge-audit-log": {"task": "apps.accounts.tasks.purge_audit_log", "schedule": crontab(hour=3, minute=17)},
+}
 CELERY_TIMEZONE = TIME_ZONE
 
 REST_FRAMEWORK = {

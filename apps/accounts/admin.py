@@ -1,7 +1,9 @@
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from apps.accounts.audit import describe
 from apps.accounts.models import ApiToken, AuditLogEntry, User
 
 
@@ -35,10 +37,16 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # issued through the API or `manage.py create_api_token`, which show the secret once
 
+    def get_readonly_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> list[str]:
+        # A credential stays with the account it was issued to.
+        return [*self.readonly_fields, "user"] if obj is not None else list(self.readonly_fields)
+
     @admin.action(description="Revoke selected tokens")
-    def revoke(self, request: HttpRequest, queryset: object) -> None:
-        for token in queryset:  # type: ignore[attr-defined]
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
+        revoked = [token for token in queryset.select_related("user") if token.revoked_at is None]
+        for token in revoked:
             token.revoke()
+        describe(request, "api_token.revoke", tokens=[f"{token} of {token.user.username}" for token in revoked])
 
 
 @admin.register(AuditLogEntry)

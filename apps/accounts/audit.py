@@ -1,6 +1,7 @@
 """Writing the audit log. Views say *what* they did with ``describe``; the middleware writes the
 row for every state-changing request, and code that runs outside a request calls ``record``."""
 
+import ipaddress
 from typing import Any
 
 from django.conf import settings
@@ -33,12 +34,26 @@ def describe(request: HttpRequest, action: str, obj: models.Model | None = None,
     setattr(request, _ANNOTATION, annotation)
 
 
+def _ip_or_none(value: str) -> str | None:
+    try:
+        return str(ipaddress.ip_address(value.strip()))
+    except ValueError:
+        return None
+
+
 def client_address(request: HttpRequest) -> str | None:
+    """The caller's IP address, or None when there is no valid one.
+
+    Behind a trusted proxy (``TRUST_X_FORWARDED_FOR``) it is the last ``X-Forwarded-For`` entry: the
+    one the proxy appended. Entries to its left come from the client and can be anything.
+    """
     if settings.TRUST_X_FORWARDED_FOR:
         forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
         if forwarded:
-            return forwarded.split(",")[0].strip() or None
-    return request.META.get("REMOTE_ADDR") or None
+            address = _ip_or_none(forwarded.split(",")[-1])
+            if address:
+                return address
+    return _ip_or_none(request.META.get("REMOTE_ADDR") or "")
 
 
 def record(
@@ -74,3 +89,19 @@ def record_request(request: HttpRequest, status_code: int) -> AuditLogEntry:
         user_agent=request.META.get("HTTP_USER_AGENT", "")[:300],
         **annotation.get("object", {}),
     )
+
+
+PURGE_ACTOR = "system:purge_audit_log"
+
+
+def purge_expired(*, retention_days: int, batch_size: int = 5_000) -> int:
+    """Delete entries older than ``retention_days``, oldest first, ``batch_size`` rows per statement,
+    so no single transaction holds locks on a year of rows. Returns how many were deleted and leaves
+    one entry saying so. Stopping half-way is safe: the next run carries on."""
+    expired = AuditLogEntry.objects.older_than(retention_days)
+    deleted = 0
+    while batch := list(expired.order_by("timestamp", "id").values_list("pk", flat=True)[:batch_size]):
+        deleted += AuditLogEntry.objects.filter(pk__in=batch).delete()[0]
+    if deleted:
+        record("audit_log.purge", actor=PURGE_ACTOR, deleted=deleted, retention_days=retention_days)
+    return deleted

@@ -1,4 +1,5 @@
 import hashlib
+import re
 import secrets
 from datetime import timedelta
 from typing import Any
@@ -26,7 +27,22 @@ class User(AbstractUser):
         return role_rank(self.effective_role) >= role_rank(role)
 
 
+def scope_problem(role: str, owner: User) -> str | None:
+    """Why ``owner`` cannot hold a token scoped to ``role``, or None if it can."""
+    if owner.effective_role is None:
+        return f"{owner.get_username()} is deactivated and cannot hold API tokens."
+    if role_rank(role) > role_rank(owner.effective_role):
+        return f"A token cannot have more rights than its owner ({owner.get_username()} is {owner.effective_role})."
+    return None
+
+
 TOKEN_PREFIX = "cpt"
+KEY_ID_PATTERN = re.compile(r"[0-9a-f]{8}")
+
+
+class TokenRefused(Exception):
+    """Why a presented token was not accepted. The message is safe to show the caller: it says
+    more than "unknown" only to someone who holds the token's secret."""
 
 
 def hash_secret(secret: str) -> str:
@@ -71,10 +87,10 @@ class ApiToken(models.Model):
         return f"{self.name} ({TOKEN_PREFIX}_{self.key_id}…)"
 
     def clean(self) -> None:
-        if self.user_id and role_rank(self.role) > role_rank(self.user.effective_role):
-            raise ValidationError(
-                {"role": f"A token cannot have more rights than its owner ({self.user.effective_role})."}
-            )
+        if self.user_id:
+            problem = scope_problem(self.role, self.user)
+            if problem:
+                raise ValidationError({"role": problem})
 
     @classmethod
     def issue(cls, *, user: User, name: str, role: str, expires_at: Any = None) -> tuple["ApiToken", str]:
@@ -89,14 +105,21 @@ class ApiToken(models.Model):
         return token, f"{TOKEN_PREFIX}_{key_id}_{secret}"
 
     @classmethod
-    def authenticate(cls, presented: str) -> "ApiToken | None":
+    def authenticate(cls, presented: str) -> "ApiToken":
+        """The token whose clear-text value was presented, or TokenRefused saying why not."""
         prefix, _, rest = presented.partition("_")
         key_id, _, secret = rest.partition("_")
-        if prefix != TOKEN_PREFIX or not key_id or not secret:
-            return None
-        token = cls.objects.usable().select_related("user").filter(key_id=key_id).first()
+        if prefix != TOKEN_PREFIX or not KEY_ID_PATTERN.fullmatch(key_id) or not secret:
+            raise TokenRefused(f"Malformed API token: expected {TOKEN_PREFIX}_<id>_<secret>.")
+        token = cls.objects.select_related("user").filter(key_id=key_id).first()
         if token is None or not secrets.compare_digest(token.secret_hash, hash_secret(secret)):
-            return None
+            raise TokenRefused("Unknown API token.")
+        if token.revoked_at is not None:
+            raise TokenRefused(f"API token {token.name!r} was revoked at {token.revoked_at:%Y-%m-%d %H:%M} UTC.")
+        if token.expires_at is not None and token.expires_at <= timezone.now():
+            raise TokenRefused(f"API token {token.name!r} expired at {token.expires_at:%Y-%m-%d %H:%M} UTC.")
+        if not token.user.is_active:
+            raise TokenRefused(f"The owner of API token {token.name!r} is deactivated.")
         return token
 
     @property
@@ -116,12 +139,16 @@ class ApiToken(models.Model):
             self.save(update_fields=["revoked_at"])
 
     def record_use(self, ip: str | None) -> None:
-        """Note the use at most once a minute, so a busy script does not write on every request."""
+        """Note the use at most once per ``API_TOKEN_LAST_USED_RESOLUTION_S``, so a busy script does not
+        write on every request. The update is conditional, so concurrent requests write it once."""
         now = timezone.now()
-        resolution = timedelta(seconds=settings.API_TOKEN_LAST_USED_RESOLUTION_S)
-        if self.last_used_at is None or now - self.last_used_at >= resolution or self.last_used_ip != ip:
-            ApiToken.objects.filter(pk=self.pk).update(last_used_at=now, last_used_ip=ip)
-            self.last_used_at, self.last_used_ip = now, ip
+        stale = now - timedelta(seconds=settings.API_TOKEN_LAST_USED_RESOLUTION_S)
+        if self.last_used_at is not None and self.last_used_at > stale:
+            return
+        ApiToken.objects.filter(pk=self.pk).filter(
+            models.Q(last_used_at__isnull=True) | models.Q(last_used_at__lte=stale)
+        ).update(last_used_at=now, last_used_ip=ip)
+        self.last_used_at, self.last_used_ip = now, ip
 
 
 class AuditLogEntryQuerySet(models.QuerySet["AuditLogEntry"]):

@@ -1,8 +1,13 @@
+import copy
+from datetime import datetime
+
 from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.utils import timezone
 from rest_framework import serializers
 
-from apps.accounts.models import ApiToken, AuditLogEntry, User
-from apps.accounts.roles import role_rank
+from apps.accounts.models import ApiToken, AuditLogEntry, User, scope_problem
+from apps.accounts.roles import Role
 
 
 class UserSerializer(serializers.ModelSerializer):
@@ -27,9 +32,19 @@ class UserSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = ["is_superuser", "last_login", "date_joined"]
 
-    def validate_password(self, value: str) -> str:
-        validate_password(value, self.instance)
-        return value
+    def validate(self, attrs: dict) -> dict:
+        password = attrs.get("password")
+        if password:
+            # Checked against the account as it will be, so "similar to the username" catches a new user too.
+            candidate = copy.copy(self.instance) if self.instance else User()
+            for name, value in attrs.items():
+                if name != "password":
+                    setattr(candidate, name, value)
+            try:
+                validate_password(password, candidate)
+            except DjangoValidationError as exc:
+                raise serializers.ValidationError({"password": exc.messages}) from exc
+        return attrs
 
     def create(self, validated: dict) -> User:
         password = validated.pop("password", None)
@@ -67,7 +82,7 @@ class ApiTokenSerializer(serializers.ModelSerializer):
         queryset=User.objects.all(), required=False, help_text="Owner; defaults to the caller."
     )
     is_usable = serializers.BooleanField(read_only=True)
-    key_prefix = serializers.SerializerMethodField()
+    key_prefix = serializers.SerializerMethodField(help_text="How the token starts, to tell tokens apart.")
 
     class Meta:
         model = ApiToken
@@ -86,16 +101,24 @@ class ApiTokenSerializer(serializers.ModelSerializer):
             "is_usable",
         ]
         read_only_fields = ["created_at", "revoked_at", "last_used_at", "last_used_ip"]
+        extra_kwargs = {"role": {"default": Role.VIEWER}}
+        # DRF would make ``user`` required for the (user, name) unique constraint; validate() checks it
+        # once the owner is known, with a message that names the token.
+        validators: list = []
 
     def get_key_prefix(self, token: ApiToken) -> str:
         return f"cpt_{token.key_id}_"
 
+    def validate_expires_at(self, value: datetime | None) -> datetime | None:
+        if value is not None and value <= timezone.now():
+            raise serializers.ValidationError("The expiry must be in the future.")
+        return value
+
     def validate(self, attrs: dict) -> dict:
         owner = attrs.get("user") or self.context["request"].user
-        if role_rank(attrs.get("role", "viewer")) > role_rank(owner.effective_role):
-            raise serializers.ValidationError(
-                {"role": f"A token cannot have more rights than its owner ({owner.effective_role})."}
-            )
+        problem = scope_problem(attrs["role"], owner)
+        if problem:
+            raise serializers.ValidationError({"role": problem})
         if ApiToken.objects.filter(user=owner, name=attrs["name"]).exists():
             raise serializers.ValidationError(
                 {"name": f"{owner.username} already has a token named {attrs['name']!r}."}

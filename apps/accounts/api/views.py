@@ -1,4 +1,5 @@
 import django_filters
+from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -18,6 +19,7 @@ class UserViewSet(BaseModelViewSet):
     queryset = User.objects.all().order_by("username")
     serializer_class = s.UserSerializer
     read_role = Role.ADMIN
+    audit_redacted_fields = frozenset({"password"})
     filterset_fields = ["role", "is_active", "username"]
     ordering_fields = ["username", "date_joined", "last_login"]
     http_method_names = [
@@ -29,6 +31,22 @@ class UserViewSet(BaseModelViewSet):
     ]  # deactivate, don't delete: the audit log refers to users
 
 
+class ApiTokenFilterSet(django_filters.FilterSet):
+    usable = django_filters.BooleanFilter(
+        method="filter_usable", label="Tokens that authenticate now (true) or that no longer do (false)"
+    )
+
+    class Meta:
+        model = ApiToken
+        fields = ["user", "role"]
+
+    def filter_usable(self, queryset: QuerySet[ApiToken], name: str, value: bool | None) -> QuerySet[ApiToken]:
+        if value is None:
+            return queryset
+        usable = ApiToken.objects.usable().values("pk")
+        return queryset.filter(pk__in=usable) if value else queryset.exclude(pk__in=usable)
+
+
 class ApiTokenViewSet(
     mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
 ):
@@ -38,7 +56,7 @@ class ApiTokenViewSet(
     serializer_class = s.ApiTokenSerializer
     read_role = Role.ADMIN
     write_role = Role.ADMIN
-    filterset_fields = ["user", "role"]
+    filterset_class = ApiTokenFilterSet
 
     @extend_schema(responses={201: s.IssuedApiTokenSerializer})
     def create(self, request: Request) -> Response:

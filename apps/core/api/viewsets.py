@@ -10,14 +10,27 @@ from rest_framework import serializers, viewsets
 from apps.accounts.audit import describe
 from apps.core.api.exceptions import Conflict
 
+REDACTED = "(redacted)"
 
-def changed_fields(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:
-    return {name: [before.get(name), value] for name, value in after.items() if before.get(name) != value}
+
+def changed_fields(
+    before: dict[str, Any], after: dict[str, Any], redacted: frozenset[str] = frozenset()
+) -> dict[str, list[Any]]:
+    """``{field: [before, after]}`` for the fields that changed; a redacted field says only that it changed."""
+    return {
+        name: [REDACTED, REDACTED] if name in redacted else [before.get(name), value]
+        for name, value in after.items()
+        if before.get(name) != value
+    }
 
 
 def field_values(obj: models.Model) -> dict[str, Any]:
     """Concrete, editable field values in JSON-safe form, for the audit log's before/after."""
     return {f.attname: f.value_to_string(obj) for f in obj._meta.concrete_fields if f.editable and not f.primary_key}
+
+
+def redact(values: dict[str, Any], redacted: frozenset[str]) -> dict[str, Any]:
+    return {name: REDACTED if name in redacted else value for name, value in values.items()}
 
 
 class BaseModelViewSet(viewsets.ModelViewSet):
@@ -28,10 +41,15 @@ class BaseModelViewSet(viewsets.ModelViewSet):
     """
 
     http_method_names = ["get", "post", "put", "patch", "delete", "head", "options"]
+    # Fields the audit log names but never shows (a password hash is readable by every operator there).
+    audit_redacted_fields: frozenset[str] = frozenset()
 
     @property
     def audit_name(self) -> str:
         return self.get_queryset().model._meta.model_name
+
+    def audit_fields(self, obj: models.Model) -> dict[str, Any]:
+        return redact(field_values(obj), self.audit_redacted_fields)
 
     def reloaded(self, obj: models.Model) -> models.Model:
         """The object as a GET would return it (with the queryset's annotations), for the response."""
@@ -44,18 +62,21 @@ class BaseModelViewSet(viewsets.ModelViewSet):
         with transaction.atomic():
             obj = serializer.save()
             self.after_create(obj)
-        describe(self.request, f"{self.audit_name}.create", obj, fields=field_values(obj))
+        describe(self.request, f"{self.audit_name}.create", obj, fields=self.audit_fields(obj))
         serializer.instance = self.reloaded(obj)
 
     def perform_update(self, serializer: serializers.BaseSerializer) -> None:
-        before = field_values(serializer.instance)
+        # "Before" as stored, not as held: validation may already have set new values on the instance.
+        instance = serializer.instance
+        before = field_values(type(instance)._default_manager.get(pk=instance.pk))
         with transaction.atomic():
             obj = serializer.save()
-        describe(self.request, f"{self.audit_name}.update", obj, changes=changed_fields(before, field_values(obj)))
+        changes = changed_fields(before, field_values(obj), self.audit_redacted_fields)
+        describe(self.request, f"{self.audit_name}.update", obj, changes=changes)
         serializer.instance = self.reloaded(obj)
 
     def perform_destroy(self, instance: models.Model) -> None:
-        describe(self.request, f"{self.audit_name}.delete", instance, fields=field_values(instance))
+        describe(self.request, f"{self.audit_name}.delete", instance, fields=self.audit_fields(instance))
         try:
             with transaction.atomic():
                 instance.delete()

@@ -1,4 +1,4 @@
-from django.db.models import QuerySet
+from django.db.models import Prefetch, QuerySet
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -22,6 +22,7 @@ from apps.inventory.models import (
     Gpu,
     IllegalTransition,
     Link,
+    LinkTermination,
     NetworkPort,
     Node,
     NodeTransition,
@@ -193,7 +194,14 @@ class SwitchPortViewSet(BaseModelViewSet):
 
 
 class LinkViewSet(BaseModelViewSet):
-    queryset = Link.objects.prefetch_related("terminations__network_port__node", "terminations__switch_port__switch")
+    # The ends are joined, not prefetched level by level: Django 5.2 prefetches a forward foreign key
+    # with one OR term per row, which SQLite refuses past ~1,000 rows ("Expression tree is too large").
+    queryset = Link.objects.prefetch_related(
+        Prefetch(
+            "terminations",
+            queryset=LinkTermination.objects.select_related("network_port__node", "switch_port__switch"),
+        )
+    )
     serializer_class = s.LinkSerializer
     filterset_class = filtersets.LinkFilterSet
 
