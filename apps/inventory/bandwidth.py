@@ -20,6 +20,7 @@ from django.db.models import Prefetch
 
 from apps.inventory.choices import PortKind
 from apps.inventory.models import NetworkPort, Node, NvLink, Switch
+from apps.inventory.models.fabric import uplink_downlink_gbps
 
 SCALE_OUT_KINDS = (PortKind.INFINIBAND, PortKind.ROCE)
 
@@ -83,9 +84,11 @@ def _node_bandwidth(node: Node, nvlinks: list[NvLink]) -> NodeBandwidth:
 
 
 def _cross_leaf_factor(leaf_names: set[str]) -> tuple[float, str]:
+    leaves = list(Switch.objects.filter(name__in=leaf_names).select_related("fabric"))
+    capacity = uplink_downlink_gbps(leaves)
     factors: list[tuple[float, str]] = []
-    for leaf in Switch.objects.filter(name__in=leaf_names).select_related("fabric"):
-        up, down = leaf.uplink_downlink_gbps()
+    for leaf in leaves:
+        up, down = capacity[leaf.pk]
         if up and down:
             factors.append((min(1.0, up / down), f"{leaf.name} uplinks {up} Gb/s for {down} Gb/s of downlinks"))
         else:

@@ -57,17 +57,24 @@ class Switch(models.Model):
 
     def uplink_downlink_gbps(self) -> tuple[int, int]:
         """Bandwidth of connected links towards higher tiers and towards nodes or lower tiers."""
-        rank = {SwitchTier.LEAF: 0, SwitchTier.SPINE: 1, SwitchTier.CORE: 2}
-        up = down = 0
-        for port in self.ports.filter(_link__isnull=False, _link__status=LinkStatus.CONNECTED).select_related(
-            "_peer_switch_port__switch"
-        ):
-            peer = port._peer_switch_port
-            if peer is not None and rank[peer.switch.tier] > rank[self.tier]:
-                up += port.rate_gbps
-            else:
-                down += port.rate_gbps
-        return up, down
+        return uplink_downlink_gbps([self])[self.pk]
+
+
+TIER_RANK = {SwitchTier.LEAF: 0, SwitchTier.SPINE: 1, SwitchTier.CORE: 2}
+
+
+def uplink_downlink_gbps(switches: list[Switch]) -> dict[int, tuple[int, int]]:
+    """Per switch, the Gb/s of its cabled links towards higher tiers and towards nodes or lower
+    tiers, for any number of switches in one query."""
+    tiers = {switch.pk: switch.tier for switch in switches}
+    totals = {pk: [0, 0] for pk in tiers}
+    ports = SwitchPort.objects.filter(
+        switch_id__in=tiers, _link__isnull=False, _link__status=LinkStatus.CONNECTED
+    ).values_list("switch_id", "rate_gbps", "_peer_switch_port__switch__tier")
+    for switch_id, rate, peer_tier in ports:
+        upwards = peer_tier is not None and TIER_RANK[peer_tier] > TIER_RANK[tiers[switch_id]]
+        totals[switch_id][0 if upwards else 1] += rate
+    return {pk: (up, down) for pk, (up, down) in totals.items()}
 
 
 class SwitchPort(models.Model):
