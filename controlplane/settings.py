@@ -42,6 +42,7 @@ INSTALLED_APPS = [
     "apps.accounts",
     "apps.inventory",
     "apps.costs",
+    "apps.failures",
 ]
 
 MIDDLEWARE = [
@@ -138,6 +139,13 @@ CELERY_TASK_SOFT_TIME_LIMIT = 300
 CELERY_TASK_TIME_LIMIT = 360
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = TIME_ZONE
+CELERY_BEAT_SCHEDULE = {
+    "failures-flag-stragglers": {
+        "task": "apps.failures.tasks.flag_stragglers",
+        "schedule": 30.0,
+        "options": {"queue": "telemetry", "expires": 30},
+    },
+}
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
