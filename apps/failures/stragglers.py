@@ -6,7 +6,7 @@ under load (the peers' median utilization at least 50%): an idle GPU at 70 W nex
 90 W says nothing. Within a group of peers (the GPUs of one node, or the busy nodes of one node
 type), a member is a straggler on a metric when
 
-    reference − value > max(k × 1.4826 × MAD, floor)
+    reference − value ≥ max(k × 1.4826 × MAD, floor)
 
 where ``reference`` is the peers' median, MAD the median absolute deviation from it (×1.4826, the
 standard deviation of a normal distribution), k = 3, and ``floor`` keeps a tight group from flagging
@@ -111,7 +111,7 @@ class Judgement:
 
     @property
     def is_straggler(self) -> bool:
-        return self.deviation > self.threshold
+        return self.deviation >= self.threshold
 
     def describe(self) -> str:
         unit = {"power_w": " W", "sm_clock_mhz": " MHz", "util_gpu": "%"}[self.metric]
