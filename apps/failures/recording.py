@@ -50,38 +50,31 @@ def raise_failure(observation: Observation, *, actor: str) -> Failure:
     """
     with transaction.atomic():
         cause = find_cause(observation)
-        key = {
-            "node_id": observation.node_id,
-            "gpu_index": observation.gpu_index,
-            "port_name": observation.port_name,
-            "code": observation.condition.code,
-            "cause": cause,
-        }
-        failure = Failure.objects.active().select_for_update().filter(**key).first()
+        same = (
+            Failure.objects.active()
+            .select_for_update()
+            .filter(
+                node_id=observation.node_id,
+                gpu_index=observation.gpu_index,
+                port_name=observation.port_name,
+                code=observation.condition.code,
+                cause=cause,
+            )
+        )
+        failure = same.first()
         if failure is None:
-            try:
-                with transaction.atomic():
-                    failure = _open(observation, cause)
-            except IntegrityError:
-                # Another consumer opened it between our read and our insert: collapse into theirs.
-                failure = Failure.objects.active().select_for_update().get(**key)
-            else:
-                record(
-                    "failure.open",
-                    actor=actor,
-                    obj=failure,
-                    code=failure.code,
-                    severity=failure.severity,
-                    side_effect_of=cause.pk if cause else None,
-                )
+            failure = _open(observation, cause, actor=actor)
+            if failure is not None:
                 _pass_recovery_action_to(cause, observation)
                 return failure
+            failure = same.get()  # another consumer opened it between our read and our insert
         _count_repeat(failure, observation)
         _pass_recovery_action_to(cause, observation)
         return failure
 
 
-def _open(observation: Observation, cause: Failure | None) -> Failure:
+def _open(observation: Observation, cause: Failure | None, *, actor: str) -> Failure | None:
+    """The new failure, audited; None when a concurrent consumer's insert won the unique index."""
     gpu = port = None
     if observation.gpu_index is not None:
         gpu = Gpu.objects.filter(node_id=observation.node_id, index=observation.gpu_index).first()
@@ -89,24 +82,37 @@ def _open(observation: Observation, cause: Failure | None) -> Failure:
         device, _, number = observation.port_name.partition("/")
         port = NetworkPort.objects.filter(node_id=observation.node_id, device_name=device, port_num=number).first()
     condition = observation.condition
-    return Failure.objects.create(
-        node_id=observation.node_id,
-        gpu_index=observation.gpu_index,
-        gpu=gpu,
-        port_name=observation.port_name,
-        port=port,
-        kind=condition.kind,
-        code=condition.code,
-        xid=observation.xid,
-        severity=observation.severity,
-        title=condition.title,
-        detail=observation.detail,
-        recommended_action=condition.action,
-        recovery_action=observation.recovery_action,
-        cause=cause,
-        first_seen=observation.at,
-        last_seen=observation.at,
+    try:
+        with transaction.atomic():
+            failure = Failure.objects.create(
+                node_id=observation.node_id,
+                gpu_index=observation.gpu_index,
+                gpu=gpu,
+                port_name=observation.port_name,
+                port=port,
+                kind=condition.kind,
+                code=condition.code,
+                xid=observation.xid,
+                severity=observation.severity,
+                title=condition.title,
+                detail=observation.detail,
+                recommended_action=condition.action,
+                recovery_action=observation.recovery_action,
+                cause=cause,
+                first_seen=observation.at,
+                last_seen=observation.at,
+            )
+    except IntegrityError:
+        return None
+    record(
+        "failure.open",
+        actor=actor,
+        obj=failure,
+        code=failure.code,
+        severity=failure.severity,
+        side_effect_of=cause.pk if cause else None,
     )
+    return failure
 
 
 def _count_repeat(failure: Failure, observation: Observation) -> None:

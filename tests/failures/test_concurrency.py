@@ -36,9 +36,9 @@ def test_two_consumers_opening_the_same_failure_at_once_make_one_with_count_two(
     both_looked = threading.Barrier(2, timeout=10)
     real_open = recording._open
 
-    def open_after_both_looked(*args):
+    def open_after_both_looked(*args, **kwargs):
         both_looked.wait()  # each found no active failure; now both insert
-        return real_open(*args)
+        return real_open(*args, **kwargs)
 
     monkeypatch.setattr(recording, "_open", open_after_both_looked)
     results = in_threads(2, lambda: record_event(node.pk, xid(79)).pk)

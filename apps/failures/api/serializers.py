@@ -1,6 +1,7 @@
 from rest_framework import serializers
 
 from apps.failures import xid as catalog
+from apps.failures.choices import Severity, XidCategory
 from apps.failures.models import Failure, StragglerFlag
 
 
@@ -61,8 +62,8 @@ class XidEntrySerializer(serializers.Serializer):
     code = serializers.IntegerField()
     name = serializers.CharField()
     title = serializers.CharField()
-    severity = serializers.CharField()
-    category = serializers.CharField()
+    severity = serializers.ChoiceField(choices=Severity.choices)
+    category = serializers.ChoiceField(choices=XidCategory.choices)
     action = serializers.CharField(help_text="What to do, first and if it comes back.")
     fatal = serializers.BooleanField(help_text="The GPU needs a reset (or replacement) before it runs work again.")
     side_effects = serializers.SerializerMethodField(help_text="XIDs linked to this one when they follow it.")

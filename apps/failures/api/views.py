@@ -29,7 +29,7 @@ class FailureViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = Failure.objects.with_related()
     serializer_class = s.FailureSerializer
     filterset_class = filtersets.FailureFilterSet
-    ordering_fields = ["last_seen", "first_seen", "count", "severity"]
+    ordering_fields = ["last_seen", "first_seen", "count"]
     action_roles = {"acknowledge": Role.OPERATOR, "resolve": Role.OPERATOR}
 
     @extend_schema(request=None, responses={200: s.FailureSerializer, 409: ILLEGAL_TRANSITION})
