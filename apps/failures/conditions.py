@@ -26,7 +26,7 @@ class Condition:
 
 def xid_condition(code: int) -> Condition:
     entry = catalog.lookup(code)
-    return Condition(f"xid-{code}", FailureKind.XID, entry.severity, entry.title, entry.action)
+    return Condition(catalog.condition_code(code), FailureKind.XID, entry.severity, entry.title, entry.action)
 
 
 XID_WITHOUT_CODE = Condition(

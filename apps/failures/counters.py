@@ -1,22 +1,25 @@
 """Failures read from telemetry counters, for what happens without an XID (or before it arrives).
 
-The telemetry ingest calls these with the previous and the current sample of the same GPU (or
-port). Counters are compared, never judged alone: a GPU whose rows had already failed when the
-server started raises nothing until something changes (the XID 64 it logged then did). Volatile
-counters go back to zero when the driver reloads or the GPU is reset; a drop is not an error.
+The telemetry ingest calls this with the previous and the current sample of the same GPU and the
+sample's own time (so it lines up with the agent's XID events). Counters are compared, never judged
+alone: a GPU whose rows had already failed when the server started raises nothing until something
+changes (the XID 64 it logged then did). Volatile counters go back to zero when the driver reloads
+or the GPU is reset; a drop is not an error.
 A counter that moves while an XID accounting for it is active on the GPU (an uncorrected ECC count
 after XID 48) is linked to that XID as its side effect (apps/failures/recording.py).
+
+Ports need nothing here: the agent already turns a port's state and link-downed changes into
+``port`` events (agents.collectors.infiniband.port_event), which events.py records.
 """
 
 from datetime import datetime
 
 from django.utils import timezone
 
-from agents.protocol import GpuSample, PortSample
+from agents.protocol import GpuSample
 from apps.failures import conditions
 from apps.failures import xid as catalog
 from apps.failures.conditions import Condition, Observation
-from apps.failures.events import port_name
 from apps.failures.models import Failure
 from apps.failures.recording import raise_failure
 
@@ -85,26 +88,5 @@ def _recovery_action_changed(node_id: int, gpu_index: int, action: int, at: date
         xid=RECOVERY_ACTION_CHANGED,
         detail=catalog.recovery_action(action).text,
         recovery_action=action,
-    )
-    return [raise_failure(observation, actor=TELEMETRY_ACTOR)]
-
-
-def failures_from_port_deltas(
-    node_id: int, prev: PortSample | None, cur: PortSample, *, at: datetime | None = None
-) -> list[Failure]:
-    """A port that went down, or whose link-downed counter rose (a flap between two samples)."""
-    if prev is None:
-        return []
-    went_down = prev.state == "active" and cur.state != "active"
-    flapped = _rose(prev.link_downed, cur.link_downed)
-    if not (went_down or flapped):
-        return []
-    detail = f"State {prev.state} → {cur.state}; link downed counter {prev.link_downed} → {cur.link_downed}."
-    observation = Observation(
-        node_id=node_id,
-        at=at or timezone.now(),
-        condition=conditions.PORT_DOWN,
-        port_name=port_name(cur.device, cur.port),
-        detail=detail,
     )
     return [raise_failure(observation, actor=TELEMETRY_ACTOR)]

@@ -7,6 +7,7 @@ telemetry event sink call.
 - ``node_unreachable(node_id)`` / ``node_recovered(node_id)``: the liveness hook.
 """
 
+import re
 from datetime import UTC, datetime
 
 from django.db import transaction
@@ -26,14 +27,30 @@ LIVENESS_ACTOR = "system:liveness"
 
 
 def port_name(device: str, port: int = 1) -> str:
-    """The canonical name of an HCA port ("mlx5_0/1"); a device without a port number means port 1."""
+    """The canonical name of an HCA port ("mlx5_0/1")."""
     return f"{device}/{port}"
 
 
-def parse_port_device(text: str) -> str:
-    """An event's ``port_device`` as the agent wrote it ("mlx5_0", "mlx5_0/1" or "mlx5_0:1"), canonical."""
-    device, separator, number = text.replace(":", "/").partition("/")
-    return port_name(device, int(number)) if separator and number.isdigit() else port_name(device)
+# A port event's text, as agents.collectors.infiniband.port_event writes it:
+# "mlx5_0 port 1: state active → down; link went down 2 times".
+_PORT_NUMBER = re.compile(r"\bport (\d+):")
+_CAME_UP = re.compile(r"\bstate \w+ → active\b")
+_WENT_DOWN = "went down"
+
+
+def event_port_name(event: GpuEvent) -> str:
+    """The port an event is about: ``port_device`` ("mlx5_0", or "mlx5_0/1" and "mlx5_0:1" from other
+    agents), with the port number from the event's text when the device alone is given (else port 1)."""
+    device, separator, number = (event.port_device or "").replace(":", "/").partition("/")
+    if not (separator and number.isdigit()):
+        in_text = _PORT_NUMBER.search(event.data)
+        number = in_text.group(1) if in_text else "1"
+    return port_name(device, int(number))
+
+
+def is_recovery(event: GpuEvent) -> bool:
+    """A port that came back up and did not go down on the way: nothing new has failed."""
+    return event.kind == "port" and bool(_CAME_UP.search(event.data)) and _WENT_DOWN not in event.data
 
 
 def observe_event(node_id: int, event: GpuEvent) -> Observation:
@@ -48,13 +65,18 @@ def observe_event(node_id: int, event: GpuEvent) -> Observation:
         at=datetime.fromtimestamp(event.ts, tz=UTC),
         condition=condition,
         gpu_index=event.gpu_index,
-        port_name=parse_port_device(event.port_device) if event.port_device else "",
+        port_name=event_port_name(event) if event.port_device else "",
         xid=event.xid,
         detail=event.data,
     )
 
 
-def record_event(node_id: int, event: GpuEvent) -> Failure:
+def record_event(node_id: int, event: GpuEvent) -> Failure | None:
+    """The failure the event opened or repeated; None for an event that reports a recovery (a port
+    back up: the failure its going down opened stays for someone to look at, since a link that went
+    down once is a link to check)."""
+    if is_recovery(event):
+        return None
     return raise_failure(observe_event(node_id, event), actor=AGENT_ACTOR)
 
 

@@ -136,23 +136,25 @@ class Failure(models.Model):
             raise IllegalFailureTransition(f"{self.describe_state()}; only an open failure can be acknowledged.")
 
     def resolve(self, *, actor: str, user: AbstractBaseUser | None = None, note: str = "") -> int:
-        """Resolve the failure and its active side effects; returns how many side effects were resolved."""
+        """Resolve the failure and its active side effects (and theirs); returns how many side effects."""
         resolution = {
             "state": FailureState.RESOLVED,
             "resolved_at": timezone.now(),
             "resolved_by": actor,
             "resolved_by_user": user,
         }
+        side_effects = 0
         with transaction.atomic():
             changed = Failure.objects.filter(pk=self.pk, state__in=ACTIVE_STATES).update(
                 **resolution, resolution_note=note
             )
-            if changed:
-                side_effects = (
-                    Failure.objects.active()
-                    .filter(cause=self)
-                    .update(**resolution, resolution_note=f"Resolved with its cause, failure #{self.pk}.")
+            causes = [self.pk] if changed else []
+            while causes:
+                effects = list(Failure.objects.active().filter(cause__in=causes).values_list("pk", flat=True))
+                side_effects += Failure.objects.filter(pk__in=effects).update(
+                    **resolution, resolution_note=f"Resolved with its cause, failure #{self.pk}."
                 )
+                causes = effects
         self.refresh_from_db()
         if not changed:
             raise IllegalFailureTransition(f"{self.describe_state()}; there is nothing left to resolve.")

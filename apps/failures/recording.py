@@ -1,6 +1,12 @@
 """Turning an observation into a failure: open a new one, or collapse a repeat into the one that is
 still open, and link a side effect to its cause. Every source (agent events, telemetry counters,
-liveness, stragglers) comes through ``raise_failure``."""
+liveness, stragglers) comes through ``raise_failure``.
+
+A side effect and its cause may arrive in either order: XIDs come in the agent's events stream,
+counters in its telemetry stream, each batched and replayed on its own. So the link is made both
+ways: a new side effect looks for its cause, and a new cause adopts the side effects already open
+on its GPU. Both use the same window around the cause's sightings.
+"""
 
 from datetime import timedelta
 from typing import Final
@@ -14,8 +20,9 @@ from apps.failures.conditions import Observation
 from apps.failures.models import Failure
 from apps.inventory.models import Gpu, NetworkPort
 
-# How long after a fatal XID's last sighting a side effect on the same GPU is still put down to it.
-# The driver logs the teardown within seconds; a minute leaves room for agents that batch events.
+# How far from a cause's sightings a side effect on the same GPU is still put down to it. The driver
+# logs the teardown within seconds; a minute leaves room for agents that batch, and for a counter
+# read in a sample taken a little before or after the XID's event.
 SIDE_EFFECT_WINDOW: Final = timedelta(seconds=60)
 
 
@@ -24,7 +31,7 @@ def find_cause(observation: Observation) -> Failure | None:
     whose teardown it belongs to, or an XID that already accounts for a counter that moved."""
     if observation.gpu_index is None:
         return None
-    cause_xids = catalog.possible_causes(xid=observation.xid, condition=observation.condition.code)
+    cause_xids = catalog.possible_causes(observation.condition.code)
     if not cause_xids:
         return None
     return (
@@ -34,12 +41,38 @@ def find_cause(observation: Observation) -> Failure | None:
             gpu_index=observation.gpu_index,
             kind=FailureKind.XID,
             xid__in=cause_xids,
-            first_seen__lte=observation.at,
+            first_seen__lte=observation.at + SIDE_EFFECT_WINDOW,
             last_seen__gte=observation.at - SIDE_EFFECT_WINDOW,
         )
         .order_by("-last_seen", "-id")
         .first()
     )
+
+
+def adopt_side_effects(cause: Failure, *, actor: str) -> int:
+    """Link to a newly opened XID the failures on its GPU that turn out to be its side effects
+    (they arrived first); they leave the feed, and the audit log says why."""
+    if cause.xid is None or cause.gpu_index is None:
+        return 0
+    earlier = list(
+        Failure.objects.alarms()
+        .select_for_update()
+        .filter(
+            node_id=cause.node_id,
+            gpu_index=cause.gpu_index,
+            code__in=catalog.possible_effects(cause.xid),
+            last_seen__gte=cause.first_seen - SIDE_EFFECT_WINDOW,
+        )
+        .exclude(pk=cause.pk)
+    )
+    for failure in earlier:
+        failure.cause = cause
+        failure.save(update_fields=["cause"])
+        record("failure.link", actor=actor, obj=failure, side_effect_of=cause.pk)
+    told = [f for f in earlier if f.recovery_action is not None]
+    if told and cause.recovery_action is None:
+        _take_recovery_action(cause, max(told, key=lambda f: f.last_seen).recovery_action)
+    return len(earlier)
 
 
 def raise_failure(observation: Observation, *, actor: str) -> Failure:
@@ -65,6 +98,7 @@ def raise_failure(observation: Observation, *, actor: str) -> Failure:
         if failure is None:
             failure = _open(observation, cause, actor=actor)
             if failure is not None:
+                adopt_side_effects(failure, actor=actor)
                 _pass_recovery_action_to(cause, observation)
                 return failure
             failure = same.get()  # another consumer opened it between our read and our insert
@@ -131,8 +165,11 @@ def _count_repeat(failure: Failure, observation: Observation) -> None:
 
 def _pass_recovery_action_to(cause: Failure | None, observation: Observation) -> None:
     """A side effect that carries NVML's recovery action (XID 154) tells what its cause needs."""
-    if cause is None or observation.recovery_action is None:
-        return
-    Failure.objects.filter(pk=cause.pk).update(
-        recovery_action=observation.recovery_action, severity=most_severe(cause.severity, observation.severity)
-    )
+    if cause is not None and observation.recovery_action is not None:
+        _take_recovery_action(cause, observation.recovery_action)
+
+
+def _take_recovery_action(failure: Failure, action: int) -> None:
+    failure.recovery_action = action
+    failure.severity = most_severe(failure.severity, catalog.recovery_action(action).severity)
+    Failure.objects.filter(pk=failure.pk).update(recovery_action=action, severity=failure.severity)

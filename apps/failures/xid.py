@@ -304,13 +304,22 @@ def lookup(code: int) -> XidEntry:
     )
 
 
-def possible_causes(*, xid: int | None, condition: str) -> frozenset[int]:
-    """The XIDs a failure (an XID, or a condition without one) can be the side effect of."""
-    return frozenset(
-        entry.code
-        for entry in _ENTRIES
-        if (xid is not None and entry.fatal and xid in entry.side_effects) or condition in entry.explains
-    )
+def condition_code(code: int) -> str:
+    """How a failure names the condition "XID <code>" (the other conditions are named above)."""
+    return f"xid-{code}"
+
+
+def possible_effects(code: int) -> frozenset[str]:
+    """The conditions that are put down to this XID when they come with it: its context teardown if
+    it is fatal, and the counters it explains either way."""
+    entry = lookup(code)
+    teardown = {condition_code(x) for x in entry.side_effects} if entry.fatal else set()
+    return entry.explains | teardown
+
+
+def possible_causes(condition: str) -> frozenset[int]:
+    """The XIDs a condition ("xid-45", "ecc-uncorrected") can be the side effect of."""
+    return frozenset(code for code in CATALOG if condition in possible_effects(code))
 
 
 # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION ---------------------------------------------------------

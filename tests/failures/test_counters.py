@@ -1,15 +1,22 @@
-"""Failures read from telemetry counters: what changed between two samples of a GPU or port."""
+"""Failures read from telemetry counters: what changed between two samples of a GPU."""
+
+from datetime import UTC, datetime
 
 import pytest
 
-from agents.protocol import GpuSample, PortSample
+from agents.protocol import GpuSample
 from apps.failures.choices import FailureKind, Severity
-from apps.failures.counters import failures_from_port_deltas, failures_from_sample_deltas
+from apps.failures.counters import failures_from_sample_deltas
 from apps.failures.events import record_event
 from apps.failures.models import Failure
-from tests.failures.conftest import xid
+from tests.failures.conftest import T0, xid
 
 pytestmark = pytest.mark.django_db
+
+
+def at(seconds: float) -> datetime:
+    return datetime.fromtimestamp(T0 + seconds, tz=UTC)
+
 
 HEALTHY = GpuSample(
     index=2,
@@ -91,21 +98,16 @@ def test_a_recovery_action_going_back_to_none_raises_nothing(node):
     assert failures_from_sample_deltas(node.pk, sample(recovery_action=1), HEALTHY) == []
 
 
-PORT_UP = PortSample(device="mlx5_1", port=1, state="active", link_downed=3)
+def test_an_ecc_count_that_rose_before_its_xid_arrived_is_adopted_by_it(node):
+    [early] = failures_from_sample_deltas(node.pk, HEALTHY, sample(ecc_uncorrected_volatile=1), at=at(0))
+    cause = record_event(node.pk, xid(94, gpu=2, at=T0 + 1))
+    early.refresh_from_db()
+    assert early.cause == cause
 
 
-def test_a_port_going_down_raises_a_failure_on_that_port(node):
-    [failure] = failures_from_port_deltas(node.pk, PORT_UP, PortSample(device="mlx5_1", port=1, state="down"))
-    assert (failure.kind, failure.port_name) == (FailureKind.INFINIBAND, "mlx5_1/1")
-    assert failure.port == node.ports.get(device_name="mlx5_1")
-
-
-def test_a_flap_between_two_samples_shows_in_the_link_downed_counter(node):
-    flapped = PortSample(device="mlx5_1", port=1, state="active", link_downed=4)
-    [failure] = failures_from_port_deltas(node.pk, PORT_UP, flapped)
-    assert "link downed counter 3 → 4" in failure.detail
-
-
-def test_a_steady_port_raises_nothing(node):
-    assert failures_from_port_deltas(node.pk, PORT_UP, PORT_UP) == []
-    assert failures_from_port_deltas(node.pk, None, PortSample(device="mlx5_1", port=1, state="down")) == []
+def test_a_recovery_action_seen_before_its_xid_is_shown_on_the_xid(node):
+    failures_from_sample_deltas(node.pk, HEALTHY, sample(recovery_action=4), at=at(0))
+    cause = record_event(node.pk, xid(79, gpu=2, at=T0 + 1))
+    cause.refresh_from_db()
+    assert cause.recovery_action_text == "Drain the node, then reset the GPU."
+    assert list(Failure.objects.alarms()) == [cause]

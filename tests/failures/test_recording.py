@@ -146,7 +146,7 @@ def test_a_thermal_event_is_a_thermal_warning_on_its_gpu(node):
 
 @pytest.mark.parametrize("written", ["mlx5_1", "mlx5_1/1", "mlx5_1:1"])
 def test_a_port_event_lands_on_the_inventorys_port(node, written):
-    failure = record_event(node.pk, GpuEvent(ts=T0, kind="port", port_device=written, data="link down"))
+    failure = record_event(node.pk, GpuEvent(ts=T0, kind="port", port_device=written, data="state active → down"))
     assert (failure.kind, failure.port_name) == (FailureKind.INFINIBAND, "mlx5_1/1")
     assert failure.port == node.ports.get(device_name="mlx5_1")
 
@@ -166,3 +166,79 @@ def test_an_unlisted_xid_gets_the_generic_entry(node):
     failure = record_event(node.pk, xid(999))
     assert failure.severity == Severity.WARNING
     assert "Look up XID 999" in failure.recommended_action
+
+
+# Side effects that arrive before their cause ----------------------------------------------------
+# XIDs come in the events stream, counters in the telemetry stream, each batched and replayed on its own.
+
+
+def test_a_cause_arriving_after_its_side_effect_adopts_it(node):
+    early = record_event(node.pk, xid(45, gpu=1, at=T0))
+    cause = record_event(node.pk, xid(79, gpu=1, at=T0 + 2))
+    early.refresh_from_db()
+    assert early.cause == cause
+    assert list(Failure.objects.alarms()) == [cause]
+    entry = AuditLogEntry.objects.get(action="failure.link")
+    assert (entry.object_id, entry.detail) == (str(early.pk), {"side_effect_of": cause.pk})
+
+
+def test_a_cause_does_not_adopt_failures_from_long_before_or_on_other_gpus(node):
+    record_event(node.pk, xid(45, gpu=1, at=T0))
+    record_event(node.pk, xid(45, gpu=2, at=T0 + 200))
+    record_event(node.pk, xid(79, gpu=1, at=T0 + 200))
+    assert Failure.objects.filter(xid=45, cause__isnull=False).count() == 0
+
+
+def test_an_adopted_side_effect_that_had_its_own_side_effects_goes_with_the_root_cause(node):
+    record_events(node.pk, events(xid(95, at=T0), xid(45, at=T0 + 1)))
+    root = record_event(node.pk, xid(48, at=T0 + 2))
+    assert Failure.objects.get(xid=95).cause == root
+    assert list(Failure.objects.alarms()) == [root]
+    assert root.resolve(actor="alice") == 2
+    assert not Failure.objects.active().exists()
+
+
+def test_a_side_effect_shortly_before_its_causes_first_sighting_is_linked(node):
+    record_event(node.pk, xid(79, gpu=0, at=T0 + 5))
+    assert record_event(node.pk, xid(43, gpu=0, at=T0)).cause.xid == 79
+
+
+# Port events ------------------------------------------------------------------------------------
+
+
+def port_event(text: str, device: str = "mlx5_1") -> GpuEvent:
+    return GpuEvent(ts=T0, kind="port", port_device=device, data=text)
+
+
+def test_a_port_going_down_opens_a_failure_on_that_port(node):
+    failure = record_event(node.pk, port_event("mlx5_1 port 1: state active → down"))
+    assert (failure.kind, failure.port_name, failure.severity) == (FailureKind.INFINIBAND, "mlx5_1/1", Severity.ERROR)
+
+
+def test_a_flap_between_two_samples_is_a_failure_even_though_the_port_is_up_again(node):
+    assert record_event(node.pk, port_event("mlx5_1 port 1: link went down 1 time")) is not None
+    assert record_event(node.pk, port_event("mlx5_1 port 1: state polling → active; link went down 2 times"))
+    assert Failure.objects.get().count == 2
+
+
+def test_a_port_coming_back_up_opens_nothing_and_leaves_the_failure_for_someone_to_look_at(node):
+    down = record_event(node.pk, port_event("mlx5_1 port 1: state active → down"))
+    assert record_event(node.pk, port_event("mlx5_1 port 1: state down → active")) is None
+    down.refresh_from_db()
+    assert (down.state, down.count) == (FailureState.OPEN, 1)
+
+
+def test_the_port_number_comes_from_the_events_text_when_the_device_alone_is_named(node):
+    failure = record_event(node.pk, port_event("mlx5_1 port 2: state active → down"))
+    assert failure.port_name == "mlx5_1/2"
+    assert failure.port is None  # the node type has one port per HCA
+
+
+def test_it_reads_the_port_events_the_agent_writes(node):
+    infiniband = pytest.importorskip("agents.collectors.infiniband", reason="the agent's collectors are not merged")
+    from agents.protocol import PortSample
+
+    up = PortSample(device="mlx5_0", port=1, state="active", link_downed=0)
+    down = PortSample(device="mlx5_0", port=1, state="down", link_downed=1)
+    assert record_event(node.pk, infiniband.port_event(up, down, T0)).port_name == "mlx5_0/1"
+    assert record_event(node.pk, infiniband.port_event(down, up, T0 + 5)) is None
