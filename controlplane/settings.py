@@ -139,7 +139,6 @@ CELERY_TASK_SOFT_TIME_LIMIT = 300
 CELERY_TASK_TIME_LIMIT = 360
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = TIME_ZONE
-CELERY_TASK_ROUTES = {"apps.failures.tasks.*": {"queue": "telemetry"}}
 CELERY_BEAT_SCHEDULE = {
     "failures-flag-stragglers": {
         "task": "apps.failures.tasks.flag_stragglers",
