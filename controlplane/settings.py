@@ -45,6 +45,7 @@ INSTALLED_APPS = [
     "apps.accounts",
     "apps.inventory",
     "apps.costs",
+    "apps.failures",
 ]
 
 MIDDLEWARE = [
@@ -148,6 +149,13 @@ CELERY_BEAT_SCHEDULE = {
     "purge-audit-log": {"task": "apps.accounts.tasks.purge_audit_log", "schedule": crontab(hour=3, minute=17)},
 }
 CELERY_TIMEZONE = TIME_ZONE
+CELERY_BEAT_SCHEDULE = {
+    "failures-flag-stragglers": {
+        "task": "apps.failures.tasks.flag_stragglers",
+        "schedule": 30.0,
+        "options": {"queue": "telemetry", "expires": 30},
+    },
+}
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

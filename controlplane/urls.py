@@ -6,6 +6,7 @@ api_v1 = [
     path("", include("apps.accounts.api.urls")),
     path("", include("apps.inventory.api.urls")),
     path("", include("apps.costs.api.urls")),
+    path("", include("apps.failures.api.urls")),
 ]
 
 urlpatterns = [

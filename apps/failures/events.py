@@ -1,0 +1,110 @@
+"""Where agent events and liveness changes become failures: the functions the gateway and the
+telemetry event sink call.
+
+- ``record_events(node_id, message)``: every event of an ``Events`` message, in one transaction.
+  Call it only for a message whose seq is new (inside the transaction that advances the node's
+  events cursor): a replayed message would otherwise be counted twice.
+- ``node_unreachable(node_id)`` / ``node_recovered(node_id)``: the liveness hook.
+"""
+
+import re
+from datetime import UTC, datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from agents.protocol import Events, GpuEvent
+from apps.accounts.audit import record
+from apps.failures import conditions
+from apps.failures import xid as catalog
+from apps.failures.choices import FailureKind
+from apps.failures.conditions import Observation
+from apps.failures.models import Failure
+from apps.failures.recording import raise_failure
+
+AGENT_ACTOR = "system:agent"
+LIVENESS_ACTOR = "system:liveness"
+
+
+def port_name(device: str, port: int = 1) -> str:
+    """The canonical name of an HCA port ("mlx5_0/1")."""
+    return f"{device}/{port}"
+
+
+# A port event's text, as agents.collectors.infiniband.port_event writes it:
+# "mlx5_0 port 1: state active → down; link went down 2 times".
+_PORT_NUMBER = re.compile(r"\bport (\d+):")
+_CAME_UP = re.compile(r"\bstate \w+ → active\b")
+_WENT_DOWN = "went down"
+
+
+def event_port_name(event: GpuEvent) -> str:
+    """The port an event is about: ``port_device`` ("mlx5_0", or "mlx5_0/1" and "mlx5_0:1" from other
+    agents), with the port number from the event's text when the device alone is given (else port 1)."""
+    device, separator, number = (event.port_device or "").replace(":", "/").partition("/")
+    if not (separator and number.isdigit()):
+        in_text = _PORT_NUMBER.search(event.data)
+        number = in_text.group(1) if in_text else "1"
+    return port_name(device, int(number))
+
+
+def is_recovery(event: GpuEvent) -> bool:
+    """A port that came back up and did not go down on the way: nothing new has failed."""
+    return event.kind == "port" and bool(_CAME_UP.search(event.data)) and _WENT_DOWN not in event.data
+
+
+def observe_event(node_id: int, event: GpuEvent) -> Observation:
+    if event.xid is not None:
+        condition = conditions.xid_condition(event.xid)
+    elif event.kind == "xid":
+        condition = conditions.XID_WITHOUT_CODE
+    else:
+        condition = conditions.EVENT_CONDITIONS[event.kind]
+    return Observation(
+        node_id=node_id,
+        at=datetime.fromtimestamp(event.ts, tz=UTC),
+        condition=condition,
+        gpu_index=event.gpu_index,
+        port_name=event_port_name(event) if event.port_device else "",
+        xid=event.xid,
+        detail=event.data,
+    )
+
+
+def record_event(node_id: int, event: GpuEvent) -> Failure | None:
+    """The failure the event opened or repeated; None for an event that reports a recovery (a port
+    back up: the failure its going down opened stays for someone to look at, since a link that went
+    down once is a link to check)."""
+    if is_recovery(event):
+        return None
+    return raise_failure(observe_event(node_id, event), actor=AGENT_ACTOR)
+
+
+def record_events(node_id: int, message: Events) -> None:
+    """Record a message's events oldest first, a fatal XID before others of the same instant, so its
+    side effects find it (the driver logs them in that order; an agent may not keep it)."""
+
+    def order(event: GpuEvent) -> tuple[float, bool]:
+        return event.ts, not (event.xid is not None and catalog.lookup(event.xid).fatal)
+
+    with transaction.atomic():
+        for event in sorted(message.events, key=order):
+            record_event(node_id, event)
+
+
+def node_unreachable(node_id: int, *, at: datetime | None = None) -> Failure:
+    """The node's heartbeats stopped: raise (or count again) its liveness failure."""
+    observation = Observation(node_id=node_id, at=at or timezone.now(), condition=conditions.NODE_UNREACHABLE)
+    return raise_failure(observation, actor=LIVENESS_ACTOR)
+
+
+def node_recovered(node_id: int, *, at: datetime | None = None) -> list[Failure]:
+    """The node's agent is back: resolve its active liveness failures (returned), with the audit trail."""
+    at = at or timezone.now()
+    resolved = []
+    with transaction.atomic():
+        for failure in Failure.objects.active().select_for_update().filter(node_id=node_id, kind=FailureKind.LIVENESS):
+            failure.resolve(actor=LIVENESS_ACTOR, note=f"The agent reconnected at {at:%Y-%m-%d %H:%M:%S} UTC.")
+            record("failure.resolve", actor=LIVENESS_ACTOR, obj=failure, note=failure.resolution_note)
+            resolved.append(failure)
+    return resolved
