@@ -137,7 +137,8 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "default"
 # Every queue a task may name. A worker started without -Q consumes all of them; a queue missing here
 # would hold its messages with no worker to read them (tests/test_settings.py checks every task's queue).
-CELERY_TASK_QUEUES = [Queue("default"), Queue("maintenance")]  # maintenance: purges, retention, rollups
+# default: orchestration; maintenance: purges, retention; telemetry: rollups, straggler flags.
+CELERY_TASK_QUEUES = [Queue("default"), Queue("maintenance"), Queue("telemetry")]
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -147,15 +148,13 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 # Installed into the database scheduler on beat's start; times are UTC (CELERY_TIMEZONE).
 CELERY_BEAT_SCHEDULE = {
     "purge-audit-log": {"task": "apps.accounts.tasks.purge_audit_log", "schedule": crontab(hour=3, minute=17)},
-}
-CELERY_TIMEZONE = TIME_ZONE
-CELERY_BEAT_SCHEDULE = {
     "failures-flag-stragglers": {
         "task": "apps.failures.tasks.flag_stragglers",
         "schedule": 30.0,
         "options": {"queue": "telemetry", "expires": 30},
     },
 }
+CELERY_TIMEZONE = TIME_ZONE
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -16,12 +16,15 @@ from django.db import models
 from django.middleware.csrf import get_token
 from django.test import RequestFactory
 from django.urls import URLPattern, URLResolver, get_resolver
+from django.utils import timezone
 from drf_spectacular.generators import EndpointEnumerator
 from rest_framework.test import APIClient
 
 from apps.accounts.audit import record
 from apps.accounts.models import ApiToken, User
 from apps.accounts.roles import Role, role_rank
+from apps.failures.events import node_unreachable
+from apps.failures.models import StragglerFlag
 from apps.inventory.models import Cluster, Rack
 from tests import factories
 from tests.shared_data import rolled_back_afterwards
@@ -90,6 +93,13 @@ REQUIRED_ROLE: dict[str, dict[str, str]] = {
     "/api/v1/costs/gpu-hour": {"GET": VIEWER},
     "/api/v1/costs/energy-hour": {"GET": VIEWER},
     "/api/v1/costs/clusters/{id}/rate": {"GET": VIEWER},
+    # Failures: viewers read, operators acknowledge and resolve
+    **read_only("/api/v1/failures"),
+    "/api/v1/failures/{id}/acknowledge": {"POST": OPERATOR},
+    "/api/v1/failures/{id}/resolve": {"POST": OPERATOR},
+    **read_only("/api/v1/stragglers"),
+    "/api/v1/xid-catalog": {"GET": VIEWER},
+    "/api/v1/xid-catalog/{code}": {"GET": VIEWER},
 }
 
 
@@ -163,6 +173,22 @@ def build_world() -> None:
     record("test.setup", actor="system:test")
     factories.gpu_price(node_type, valid_from=date(2026, 1, 1))
     factories.energy_price(cluster, valid_from=date(2026, 1, 1))
+    failure = node_unreachable(node.pk)
+    now = timezone.now()
+    StragglerFlag.objects.create(
+        node=node,
+        gpu_index=1,
+        metric="power",
+        value=600,
+        reference=650,
+        deviation=50,
+        threshold=50,
+        peer_count=8,
+        window_s=300,
+        first_flagged=now,
+        last_flagged=now,
+        failure=failure,
+    )
 
 
 def model_for(path: str) -> type[models.Model]:
@@ -179,6 +205,7 @@ def model_for(path: str) -> type[models.Model]:
 
 
 def url_for(path: str) -> str:
+    path = path.replace("{code}", "79")  # an XID the catalog describes
     if "{id}" not in path:
         return path
     model = model_for(path)
