@@ -139,6 +139,11 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 # would hold its messages with no worker to read them (tests/test_settings.py checks every task's queue).
 # default: orchestration; maintenance: purges, retention; telemetry: rollups, straggler flags.
 CELERY_TASK_QUEUES = [Queue("default"), Queue("maintenance"), Queue("telemetry")]
+# Each app's tasks go to one queue, so a backlog of rollups never delays an audit purge or a burn-in.
+CELERY_TASK_ROUTES = {
+    "apps.accounts.tasks.*": {"queue": "maintenance"},
+    "apps.failures.tasks.*": {"queue": "telemetry"},
+}
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -1,11 +1,12 @@
 from django.conf import settings
 
 from apps.failures import tasks
+from tests.celery_routing import queue_of
 
 
 def test_the_straggler_task_runs_on_the_telemetry_queue_within_its_time_limits():
     task = tasks.flag_stragglers
-    assert task.queue == "telemetry"
+    assert queue_of(task.name) == "telemetry"
     assert (task.soft_time_limit, task.time_limit) == (25, 30)
 
 
