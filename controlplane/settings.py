@@ -211,6 +211,7 @@ TELEMETRY_MINUTE_RETENTION_DAYS = env_int("TELEMETRY_MINUTE_RETENTION_DAYS", 90,
 TELEMETRY_FLUSH_INTERVAL_MS = env_int("TELEMETRY_FLUSH_INTERVAL_MS", 250, minimum=10)
 TELEMETRY_FLUSH_MAX_ROWS = env_int("TELEMETRY_FLUSH_MAX_ROWS", 20_000, minimum=1)
 TELEMETRY_METRICS_MAX_AGE_S = env_int("TELEMETRY_METRICS_MAX_AGE_S", 60, minimum=1)
+CELERY_TASK_ROUTES = {"apps.telemetry.tasks.*": {"queue": "telemetry"}}
 CELERY_BEAT_SCHEDULE = {
     "telemetry-rollup-minutes": {
         "task": "apps.telemetry.tasks.roll_up_minutes",
