@@ -11,11 +11,12 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from agents.protocol import Events, GpuEvent, NodeSample, Telemetry
+from agents.protocol import Events, GpuEvent, GpuSample, NodeSample, Telemetry
 from apps.accounts.roles import Role
 from apps.inventory.models import Gpu
 from apps.telemetry.events import record_events
 from apps.telemetry.metrics import FAMILIES, render_metrics
+from apps.telemetry.models import GPU_METRIC_FIELDS, LatestGpuSample
 from apps.telemetry.storage import Submission, write_batch
 from tests.telemetry.conftest import gpu_sample
 
@@ -153,39 +154,16 @@ DCGM_NAMING_LINT = (
 )
 
 
+def every_field_reported(index: int) -> GpuSample:
+    kinds = {"BooleanField": False, "FloatField": 1.5}
+    values = {f: kinds.get(LatestGpuSample._meta.get_field(f).get_internal_type(), 1) for f in GPU_METRIC_FIELDS}
+    return GpuSample(index=index, **values)
+
+
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed (Debian package prometheus)")
 def test_promtool_accepts_the_output(make_node):
     node = make_node()
-    report(
-        node,
-        *(
-            gpu_sample(
-                i,
-                throttle_reasons=4,
-                ecc_corrected_volatile=1,
-                ecc_uncorrected_volatile=0,
-                ecc_corrected_aggregate=5,
-                ecc_uncorrected_aggregate=0,
-                retired_pages_pending=False,
-                remapped_rows_pending=False,
-                remapped_rows_failed=False,
-                remapped_rows_correctable=0,
-                remapped_rows_uncorrectable=0,
-                pcie_replay_count=0,
-                nvlink_crc_errors=0,
-                nvlink_replay_errors=0,
-                nvlink_recovery_errors=0,
-                pcie_tx_kbps=10,
-                pcie_rx_kbps=10,
-                nvlink_tx_kbps=10,
-                nvlink_rx_kbps=10,
-                recovery_action=0,
-                power_limit_w=700.0,
-                mem_clock_mhz=2619,
-            )
-            for i in range(8)
-        ),
-    )
+    report(node, *(every_field_reported(i) for i in range(8)))
     record_events(node.pk, Events(seq=1, events=[GpuEvent(ts=time.time(), kind="xid", gpu_index=2, xid=48)]))
     text = render_metrics_now()
     assert len(families(text)) == len(FAMILIES) - 1  # all but FB_FREE (no memory size in inventory)
