@@ -29,6 +29,12 @@ from apps.telemetry.storage import StoredBatch, Submission, write_batch
 
 log = logging.getLogger(__name__)
 
+# How often each node's newest-sample rows (LatestGpuSample, read by /metrics) are refreshed.
+# Prometheus scrapes every 15-60 s and dcgm-exporter itself collects every 30 s by default, so
+# refreshing every 5 s instead of every second loses nothing and spares the database ~4 of 5
+# upserts (the browsers' live view comes from the channel layer, every second).
+LATEST_REFRESH_S = 5.0
+
 
 @dataclass(slots=True)
 class _Pending:
@@ -56,7 +62,7 @@ class Ingestor:
         *,
         flush_interval_s: float | None = None,
         max_rows: int | None = None,
-        writer: Callable[[list[Submission]], StoredBatch] = write_batch,
+        writer: Callable[..., StoredBatch] = write_batch,
         on_stored: Callable[[StoredBatch], None] = live.on_batch_stored,
     ) -> None:
         self.flush_interval_s = (
@@ -71,6 +77,7 @@ class Ingestor:
         # what is already stored be answered without a database round trip. The database cursor,
         # read under lock in every batch, stays the authority (another process may be ahead).
         self._stored_seq: dict[int, int] = {}
+        self._latest_due: dict[int, float] = {}  # node -> sample ts from which its latest rows are refreshed
         self._pending: list[_Pending] = []
         self._pending_rows = 0
         self._deadline = 0.0
@@ -174,12 +181,14 @@ class Ingestor:
 
     def _write(self, batch: list[Submission]) -> StoredBatch:
         close_old_connections()  # on the writer thread: drop a connection a failed batch left broken
-        return self._writer(batch)
+        return self._writer(batch, latest_not_before=self._latest_due)
 
     def _record(self, stored: StoredBatch) -> None:
         for node_id, seq in stored.cursors.items():
             if seq > self._stored_seq.get(node_id, 0):
                 self._stored_seq[node_id] = seq
+        for node_id, ts in stored.latest_ts.items():
+            self._latest_due[node_id] = ts + LATEST_REFRESH_S
         self.stats.batches += 1
         self.stats.messages_stored += len(stored.stored)
         self.stats.duplicates += stored.duplicates

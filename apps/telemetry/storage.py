@@ -12,7 +12,7 @@ reconnects to the other one.
 """
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -72,13 +72,18 @@ class StoredBatch:
     duplicates: int = 0
     gpu_rows: int = 0
     port_rows: int = 0
+    latest_ts: dict[int, float] = field(default_factory=dict)  # node -> sample ts now in LatestGpuSample
 
 
-def write_batch(batch: Sequence[Submission], *, using: str = "default") -> StoredBatch:
+def write_batch(
+    batch: Sequence[Submission], *, latest_not_before: Mapping[int, float] | None = None, using: str = "default"
+) -> StoredBatch:
     """Store every new message of ``batch`` (rows, cursors, newest samples) in one transaction.
 
     A message whose seq is at or below its node's stored cursor, or repeats a seq already in this
-    batch, is dropped. Raises on a database error with nothing written.
+    batch, is dropped. A node's newest-sample rows are refreshed unless its newest sample is older
+    than ``latest_not_before[node]`` (the ingestor refreshes them every few seconds, not every
+    second). Raises on a database error with nothing written.
     """
     connection = connections[using]
     result = StoredBatch(received_at=timezone.now())
@@ -98,10 +103,14 @@ def write_batch(batch: Sequence[Submission], *, using: str = "default") -> Store
             result.stored.append(submission)
             result.cursors[submission.node_id] = max(result.cursors[submission.node_id], submission.message.seq)
         if result.stored:
-            gpu_rows, port_rows, latest_rows = _rows(connection, result.stored, result.received_at)
+            gpu_rows, port_rows, newest = _rows(connection, result.stored, result.received_at)
             _bulk_insert(connection, cursor, GpuSample, GPU_COLUMNS, gpu_rows)
             _bulk_insert(connection, cursor, PortSample, PORT_COLUMNS, port_rows)
-            _upsert_latest(cursor, latest_rows)
+            not_before = latest_not_before or {}
+            latest = {key: ts_row for key, ts_row in newest.items() if ts_row[0] >= not_before.get(key[0], 0.0)}
+            _upsert_latest(connection, cursor, [row for _, row in latest.values()])
+            for (node_id, _), (ts, _) in latest.items():
+                result.latest_ts[node_id] = max(ts, result.latest_ts.get(node_id, ts))
             advanced = {n: seq for n, seq in result.cursors.items() if seq != stored_seq[n]}
             advance_cursors(cursor, advanced, "telemetry_seq", result.received_at)
             result.gpu_rows, result.port_rows = len(gpu_rows), len(port_rows)
@@ -124,11 +133,13 @@ def lock_cursors(cursor: CursorWrapper, node_ids: Sequence[int], stream: str, no
     found = _select_cursors(cursor, node_ids, stream)
     missing = [n for n in node_ids if n not in found]
     if missing:
-        cursor.executemany(
-            f"INSERT INTO {_CURSOR_TABLE} (node_id, telemetry_seq, events_seq, updated_at) "
-            "VALUES (%s, 0, 0, %s) ON CONFLICT (node_id) DO NOTHING",
-            [(node_id, cursor.db.ops.adapt_datetimefield_value(now)) for node_id in missing],
-        )
+        now = cursor.db.ops.adapt_datetimefield_value(now)
+        for values, params in _values_lists([(node_id, now) for node_id in missing], row="(%s, %s, 0, 0)"):
+            cursor.execute(
+                f"INSERT INTO {_CURSOR_TABLE} (node_id, updated_at, telemetry_seq, events_seq) VALUES {values} "
+                "ON CONFLICT (node_id) DO NOTHING",
+                params,
+            )
         found.update(_select_cursors(cursor, missing, stream))
     return found
 
@@ -148,28 +159,40 @@ def _select_cursors(cursor: CursorWrapper, node_ids: Sequence[int], stream: str)
 
 
 def advance_cursors(cursor: CursorWrapper, seqs: dict[int, int], stream: str, now: datetime) -> None:
+    """Set each node's stored seq, one statement per few hundred nodes."""
     assert stream in _CURSOR_STREAMS
-    if seqs:
-        now = cursor.db.ops.adapt_datetimefield_value(now)
-        cursor.executemany(
-            f"UPDATE {_CURSOR_TABLE} SET {stream} = %s, updated_at = %s WHERE node_id = %s",
-            [(seq, now, node_id) for node_id, seq in seqs.items()],
+    now = cursor.db.ops.adapt_datetimefield_value(now)
+    for values, params in _values_lists(list(seqs.items())):
+        cursor.execute(
+            f"WITH v (node_id, seq) AS (VALUES {values}) UPDATE {_CURSOR_TABLE} "
+            f"SET {stream} = v.seq, updated_at = %s FROM v WHERE {_CURSOR_TABLE}.node_id = v.node_id",
+            [*params, now],
         )
+
+
+def _values_lists(rows: list[tuple[Any, ...]], row: str = "(%s, %s)") -> Iterable[tuple[str, list[Any]]]:
+    """``(%s, %s), (%s, %s), ...`` and its flattened parameters, a few hundred rows at a time."""
+    for start in range(0, len(rows), _CHUNK):
+        chunk = rows[start : start + _CHUNK]
+        yield ", ".join([row] * len(chunk)), [value for values in chunk for value in values]
 
 
 # Rows ------------------------------------------------------------------------------------------
 
 
+Row = tuple[Any, ...]
+
+
 def _rows(
     connection: BaseDatabaseWrapper, stored: Iterable[Submission], received_at: datetime
-) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    """Copy-ready rows: raw GPU rows, raw port rows, and the newest row of each GPU."""
+) -> tuple[list[Row], list[Row], dict[tuple[int, int], tuple[float, Row]]]:
+    """Copy-ready rows: raw GPU rows, raw port rows, and the newest (ts, row) of each (node, GPU)."""
     db_time = connection.ops.adapt_datetimefield_value  # psycopg: as is; SQLite: Django's text form
     received = db_time(received_at)
     astuple = msgspec.structs.astuple
-    gpu_rows: list[tuple[Any, ...]] = []
-    port_rows: list[tuple[Any, ...]] = []
-    newest: dict[tuple[int, int], tuple[float, tuple[Any, ...]]] = {}
+    gpu_rows: list[Row] = []
+    port_rows: list[Row] = []
+    newest: dict[tuple[int, int], tuple[float, Row]] = {}
     for submission in stored:
         node_id = submission.node_id
         for sample in submission.message.samples:
@@ -181,7 +204,7 @@ def _rows(
                 if key not in newest or newest[key][0] < sample.ts:
                     newest[key] = (sample.ts, row)
             port_rows.extend(head + astuple(port) for port in sample.ports)
-    return gpu_rows, port_rows, [row for _, row in newest.values()]
+    return gpu_rows, port_rows, newest
 
 
 def _bulk_insert(
@@ -190,12 +213,15 @@ def _bulk_insert(
     model: type[Model],
     columns: Sequence[str],
     rows: list[tuple[Any, ...]],
+    *,
+    table: str | None = None,
 ) -> None:
+    """Append rows to ``model``'s table (or ``table``, shaped like it): binary COPY on PostgreSQL."""
     if not rows:
         return
-    table = model._meta.db_table
+    table = table or model._meta.db_table
     if connection.vendor == "postgresql":
-        types = _binary_types(model, columns)
+        types = binary_types(model, columns)
         with (
             connection.wrap_database_errors,
             cursor.cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN WITH (FORMAT BINARY)") as copy,
@@ -208,21 +234,39 @@ def _bulk_insert(
         cursor.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({placeholders})", rows)
 
 
-def _binary_types(model: type[Model], columns: Sequence[str]) -> list[str]:
+def binary_types(model: type[Model], columns: Sequence[str]) -> list[str]:
     by_column = {f.column: f for f in model._meta.concrete_fields}
     return [_PG_BINARY_TYPES[by_column[column].get_internal_type()] for column in columns]
 
 
 _LATEST_TABLE = LatestGpuSample._meta.db_table
-_LATEST_UPSERT = (
-    f"INSERT INTO {_LATEST_TABLE} ({', '.join(GPU_COLUMNS)}) VALUES ({', '.join(['%s'] * len(GPU_COLUMNS))}) "
+_LATEST_STAGE = "telemetry_latest_stage"  # per-session temporary table, emptied at each commit
+_ON_CONFLICT_NEWER = (
     "ON CONFLICT (node_id, gpu_index) DO UPDATE SET "
     + ", ".join(f"{c} = EXCLUDED.{c}" for c in GPU_COLUMNS if c not in ("node_id", "gpu_index"))
     + f" WHERE {_LATEST_TABLE}.ts < EXCLUDED.ts"
 )
 
 
-def _upsert_latest(cursor: CursorWrapper, rows: list[tuple[Any, ...]]) -> None:
-    """One row per GPU, replaced whole by a newer sample, never by an older one (a replay)."""
-    if rows:
-        cursor.executemany(_LATEST_UPSERT, rows)
+def _upsert_latest(connection: BaseDatabaseWrapper, cursor: CursorWrapper, rows: list[tuple[Any, ...]]) -> None:
+    """One row per GPU, replaced whole by a newer sample, never by an older one (a replay).
+
+    On PostgreSQL the rows are copied into a temporary table and upserted from it in one
+    statement: ``executemany`` costs a round trip per row (~0.25 ms each, 2,000 per batch).
+    """
+    if not rows:
+        return
+    columns = ", ".join(GPU_COLUMNS)
+    if connection.vendor == "postgresql":
+        cursor.execute(
+            f"CREATE TEMPORARY TABLE IF NOT EXISTS {_LATEST_STAGE} (LIKE {_LATEST_TABLE}) ON COMMIT DELETE ROWS"
+        )
+        _bulk_insert(connection, cursor, LatestGpuSample, GPU_COLUMNS, rows, table=_LATEST_STAGE)
+        cursor.execute(
+            f"INSERT INTO {_LATEST_TABLE} ({columns}) SELECT {columns} FROM {_LATEST_STAGE} {_ON_CONFLICT_NEWER}"
+        )
+    else:
+        placeholders = ", ".join(["%s"] * len(GPU_COLUMNS))
+        cursor.executemany(
+            f"INSERT INTO {_LATEST_TABLE} ({columns}) VALUES ({placeholders}) {_ON_CONFLICT_NEWER}", rows
+        )

@@ -7,8 +7,8 @@ import pytest_asyncio
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections
 
-from apps.telemetry.ingest import Ingestor, get_ingestor
-from apps.telemetry.models import GpuSample, TelemetryCursor
+from apps.telemetry.ingest import LATEST_REFRESH_S, Ingestor, get_ingestor
+from apps.telemetry.models import GpuSample, LatestGpuSample, TelemetryCursor
 from apps.telemetry.storage import StoredBatch
 from tests.telemetry.conftest import T0, telemetry
 
@@ -84,6 +84,22 @@ async def test_it_flushes_within_the_interval_without_reaching_the_row_limit(mak
     started = loop.time()
     await ing.submit(node.pk, telemetry(1))
     assert 0.15 <= loop.time() - started < 2.0
+    await ing.aclose()
+
+
+async def test_it_refreshes_a_nodes_newest_rows_every_few_seconds_not_every_sample(make_node):
+    node = await sync_to_async(make_node)()
+    ing, _ = ingestor()
+
+    @sync_to_async
+    def latest_ts() -> set[float]:
+        return {row.ts.timestamp() for row in LatestGpuSample.objects.filter(node_id=node.pk)}
+
+    await ing.submit(node.pk, telemetry(1, ts=T0))
+    await ing.submit(node.pk, telemetry(2, ts=T0 + 1))
+    assert await latest_ts() == {T0}
+    await ing.submit(node.pk, telemetry(3, ts=T0 + LATEST_REFRESH_S))
+    assert await latest_ts() == {T0 + LATEST_REFRESH_S}
     await ing.aclose()
 
 

@@ -71,6 +71,19 @@ def test_it_keeps_one_newest_row_per_gpu(make_node):
     assert {(row.ts, row.util_gpu) for row in latest} == {(at(T0 + 60), 90.0)}
 
 
+def test_it_refreshes_newest_rows_only_of_nodes_due_for_it(make_node):
+    due, skipped = make_node(), make_node()
+    write_batch([Submission(due.pk, telemetry(1)), Submission(skipped.pk, telemetry(1))])
+    result = write_batch(
+        [Submission(due.pk, telemetry(2, ts=T0 + 5, util=80.0)), Submission(skipped.pk, telemetry(2, ts=T0 + 4))],
+        latest_not_before={due.pk: T0 + 5, skipped.pk: T0 + 5},
+    )
+    assert result.latest_ts == {due.pk: T0 + 5}
+    assert set(LatestGpuSample.objects.filter(node=due).values_list("ts", "util_gpu")) == {(at(T0 + 5), 80.0)}
+    assert set(LatestGpuSample.objects.filter(node=skipped).values_list("ts", flat=True)) == {at(T0)}
+    assert GpuSample.objects.filter(node=skipped).count() == 16  # raw rows are always stored
+
+
 def test_it_never_moves_the_newest_row_back_in_time(make_node):
     node = make_node()
     write_batch([Submission(node.pk, telemetry(5, ts=T0 + 600, util=70.0))])

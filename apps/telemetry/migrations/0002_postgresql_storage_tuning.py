@@ -3,8 +3,11 @@
 - BRIN indexes on the raw tables' ``ts`` and ``received_at`` and on the minute rollups' ``bucket``:
   rows arrive in roughly time order, so a BRIN index (a few pages) lets retention and rollups
   find a time range without a second B-tree being updated on every copied row.
-- ``fillfactor`` on the small tables that are rewritten every batch (newest sample, cursors), so
+- ``fillfactor`` on the small tables that are rewritten all the time (newest sample, cursors), so
   their updates stay on the same page (HOT) and touch no index.
+- The newest-sample table is UNLOGGED: it is a cache of the raw table that the writer refreshes
+  every few seconds, so it need not be written twice (WAL). After a crash PostgreSQL empties it and
+  the next batches fill it again; a standby does not have it.
 
 On SQLite (the demo) none of this applies and the operations do nothing.
 """
@@ -20,6 +23,7 @@ FORWARD = [
     "CREATE INDEX gpuminuterollup_bucket_brin ON telemetry_gpuminuterollup USING brin (bucket)",
     "ALTER TABLE telemetry_latestgpusample SET (fillfactor = 50)",
     "ALTER TABLE telemetry_telemetrycursor SET (fillfactor = 50)",
+    "ALTER TABLE telemetry_latestgpusample SET UNLOGGED",
 ]
 BACKWARD = [
     "DROP INDEX IF EXISTS gpusample_ts_brin",
@@ -28,6 +32,7 @@ BACKWARD = [
     "DROP INDEX IF EXISTS gpuminuterollup_bucket_brin",
     "ALTER TABLE telemetry_latestgpusample RESET (fillfactor)",
     "ALTER TABLE telemetry_telemetrycursor RESET (fillfactor)",
+    "ALTER TABLE telemetry_latestgpusample SET LOGGED",
 ]
 
 
