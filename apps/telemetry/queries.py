@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Model
+from django.db.models import BigIntegerField, Count, F, FloatField, Func, Max, Min, Model, Sum
 
 from apps.telemetry.models import ROLLUP_METRICS, GpuHourRollup, GpuMinuteRollup, GpuSample
 
@@ -38,59 +38,69 @@ WINDOWS: dict[str, Window] = {
 METRICS = ROLLUP_METRICS
 
 
-@dataclass
-class _Point:
-    low: float
-    high: float
-    weighted_sum: float
-    count: int
+class EpochBucket(Func):
+    """Start of the ``step``-second interval holding a timestamp, in whole Unix seconds."""
 
-    def add(self, low: float, mean: float, high: float, count: int) -> None:
-        self.low, self.high = min(self.low, low), max(self.high, high)
-        self.weighted_sum += mean * count
-        self.count += count
+    output_field = BigIntegerField()
+
+    def __init__(self, expression: str, step: int) -> None:
+        super().__init__(expression)
+        self.step = int(step)
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
+        sql, params = compiler.compile(self.source_expressions[0])
+        # date_part (double precision) is several times cheaper than EXTRACT (numeric); whole
+        # seconds, then integer division, keep the bucket edges exact.
+        return f"(floor(date_part('epoch', {sql}))::bigint / {self.step} * {self.step})", params
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
+        # Django stores UTC text; julianday is exact to well under a millisecond, so rounding to
+        # whole milliseconds before the integer division gives the exact second.
+        sql, params = compiler.compile(self.source_expressions[0])
+        millis = f"CAST(ROUND((julianday({sql}) - 2440587.5) * 86400000) AS INTEGER)"
+        return f"({millis} / 1000 / {self.step} * {self.step})", params
 
 
 def node_series(node_id: int, window: Window, metric: str, *, now: datetime) -> dict[str, Any]:
     """``{"start", "end", "step_s", "gpus": [{"index", "points": [[t, min, mean, max], ...]}]}``,
-    ``t`` in Unix seconds at the start of each point's interval; GPUs without data are left out."""
+    ``t`` in Unix seconds at the start of each point's interval; GPUs without data are left out.
+
+    The database does the merging (one indexed range scan, grouped), so only the points cross the
+    wire: about 2,400 rows for 8 GPUs whatever the window.
+    """
     if metric not in METRICS:
         raise ValueError(f"Unknown metric {metric!r}")
-    start = now - window.span
+    start, step = now - window.span, int(window.step.total_seconds())
     if window.source is GpuSample:
-        rows = (
-            GpuSample.objects.filter(node_id=node_id, ts__gte=start, ts__lte=now, **{f"{metric}__isnull": False})
-            .values_list("gpu_index", "ts", metric)
-            .order_by()
-        )
-        weighted = ((gpu, ts, value, value, value, 1) for gpu, ts, value in rows.iterator(chunk_size=10_000))
+        rows = GpuSample.objects.filter(node_id=node_id, ts__gte=start, ts__lte=now, **{f"{metric}__isnull": False})
+        time_column, merged = "ts", {"low": Min(metric), "high": Max(metric), "total": Sum(metric), "n": Count(metric)}
     else:
-        rows = (
-            window.source.objects.filter(
-                node_id=node_id, bucket__gte=start, bucket__lte=now, **{f"{metric}_mean__isnull": False}
-            )
-            .values_list("gpu_index", "bucket", f"{metric}_min", f"{metric}_mean", f"{metric}_max", "sample_count")
-            .order_by()
+        mean = f"{metric}_mean"
+        rows = window.source.objects.filter(
+            node_id=node_id, bucket__gte=start, bucket__lte=now, **{f"{mean}__isnull": False}
         )
-        weighted = iter(rows.iterator(chunk_size=10_000))
-    step = window.step.total_seconds()
-    points: dict[int, dict[float, _Point]] = {}
-    for gpu, moment, low, mean, high, count in weighted:
-        t = moment.timestamp() // step * step
-        point = points.setdefault(gpu, {}).get(t)
-        if point is None:
-            points[gpu][t] = _Point(low, high, mean * count, count)
-        else:
-            point.add(low, mean, high, count)
+        time_column, merged = (
+            "bucket",
+            {
+                "low": Min(f"{metric}_min"),
+                "high": Max(f"{metric}_max"),
+                "total": Sum(F(mean) * F("sample_count"), output_field=FloatField()),
+                "n": Sum("sample_count"),
+            },
+        )
+    points = (
+        rows.annotate(t=EpochBucket(time_column, step))
+        .values("gpu_index", "t")
+        .annotate(**merged)
+        .order_by("gpu_index", "t")
+        .values_list("gpu_index", "t", "low", "total", "n", "high")
+    )
+    series: dict[int, list[list[float]]] = {}
+    for gpu, t, low, total, n, high in points:
+        series.setdefault(gpu, []).append([t, low, total / n, high])
     return {
         "start": start,
         "end": now,
-        "step_s": int(step),
-        "gpus": [
-            {
-                "index": gpu,
-                "points": [[int(t), p.low, p.weighted_sum / p.count, p.high] for t, p in sorted(points[gpu].items())],
-            }
-            for gpu in sorted(points)
-        ],
+        "step_s": step,
+        "gpus": [{"index": gpu, "points": series[gpu]} for gpu in sorted(series)],
     }
