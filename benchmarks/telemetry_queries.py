@@ -25,7 +25,6 @@ import time
 import warnings
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -81,29 +80,66 @@ def _rollup_metrics() -> dict[str, str]:
     return columns
 
 
-def _fill(cursor: Any, table: str, first_node: int, nodes: int, steps: int, time_expr: str, metrics: dict) -> int:
-    """``steps`` time steps x ``nodes`` x 8 GPUs, time-major; ``time_expr`` in terms of step ``s``."""
+# What to fill: (table, time steps, (time columns, their values for step ``s``), metric columns).
+def _plan() -> list[tuple[str, int, tuple[str, str], dict[str, str]]]:
+    rollups = _rollup_metrics()
+    return [
+        (
+            "telemetry_gpusample",
+            RAW_SECONDS,
+            ("ts, received_at", f"now() - interval '{RAW_SECONDS} seconds' + s * interval '1 second', now()"),
+            RAW_METRICS,
+        ),
+        (
+            "telemetry_gpuminuterollup",
+            MINUTES,
+            ("bucket", f"date_trunc('minute', now()) - interval '{MINUTES} minutes' + s * interval '1 minute'"),
+            rollups,
+        ),
+        (
+            "telemetry_gpuhourrollup",
+            HOURS,
+            ("bucket", f"date_trunc('hour', now()) - interval '{HOURS} hours' + s * interval '1 hour'"),
+            rollups,
+        ),
+    ]
+
+
+def _fill(first_node: int, nodes: int, table: str, steps: int, times: tuple[str, str], metrics: dict) -> None:
+    """``steps`` time steps x ``nodes`` x 8 GPUs, time-major (as a live table is), then analysed."""
+    from django.db import connection, transaction
+
+    started = time.perf_counter()
     per_step = nodes * GPUS
-    columns = ", ".join(metrics)
-    values = ", ".join(metrics.values())
-    cursor.execute(
-        f"""
-        INSERT INTO {table} ({time_expr[0]}, node_id, gpu_index, {columns})
-        SELECT {time_expr[1]}, {first_node} + (i / {GPUS}) % {nodes}, i % {GPUS}, {values}
-        FROM (SELECT i, i / {per_step} AS s FROM generate_series(0, {steps * per_step - 1}::bigint) AS i) AS g
-        """
-    )
-    return cursor.rowcount
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            INSERT INTO {table} ({times[0]}, node_id, gpu_index, {", ".join(metrics)})
+            SELECT {times[1]}, {first_node} + (i / {GPUS}) % {nodes}, i % {GPUS}, {", ".join(metrics.values())}
+            FROM (SELECT i, i / {per_step} AS s FROM generate_series(0, {steps * per_step - 1}::bigint) AS i) AS g
+            """
+        )
+        rows = cursor.rowcount
+    with connection.cursor() as cursor:
+        cursor.execute(f"VACUUM ANALYZE {table}")
+    print(f"filled {table}: {rows:,} rows in {time.perf_counter() - started:.0f} s", flush=True)
 
 
 def fill(nodes: int) -> list[int]:
-    from django.db import connection, transaction
+    from django.db import connection
 
     from apps.inventory.models import Cluster, Gpu, Node, NodeType
 
-    if Node.objects.filter(hostname__startswith="bench-").count() == nodes:
-        print(f"reusing the {nodes} filled nodes")
-        return list(Node.objects.filter(hostname__startswith="bench-").values_list("pk", flat=True))
+    filled = Node.objects.filter(hostname__startswith="bench-").count()
+    if filled == nodes:
+        # Raw samples age out of the 15-minute window: only they are filled again.
+        node_ids = list(Node.objects.filter(hostname__startswith="bench-").values_list("pk", flat=True))
+        with connection.cursor() as cursor:
+            cursor.execute("TRUNCATE telemetry_gpusample")
+        _fill(min(node_ids), nodes, *_plan()[0])
+        return node_ids
+    if filled:
+        sys.exit(f"The kept database holds {filled} nodes, not {nodes}: run once without --keep to refill it.")
     started = time.perf_counter()
     cluster = Cluster.objects.create(name="bench")
     node_type = NodeType.objects.create(
@@ -125,40 +161,12 @@ def fill(nodes: int) -> list[int]:
         for node in created
         for i in range(GPUS)
     )
-    first = min(node.pk for node in created)
-    assert max(node.pk for node in created) == first + nodes - 1
-    rollups = _rollup_metrics()
-    plan = [
-        (
-            "telemetry_gpusample",
-            RAW_SECONDS,
-            ("ts, received_at", f"now() - interval '{RAW_SECONDS} seconds' + s * interval '1 second', now()"),
-            RAW_METRICS,
-        ),
-        (
-            "telemetry_gpuminuterollup",
-            MINUTES,
-            ("bucket", f"date_trunc('minute', now()) - interval '{MINUTES} minutes' + s * interval '1 minute'"),
-            rollups,
-        ),
-        (
-            "telemetry_gpuhourrollup",
-            HOURS,
-            ("bucket", f"date_trunc('hour', now()) - interval '{HOURS} hours' + s * interval '1 hour'"),
-            rollups,
-        ),
-    ]
-    with connection.cursor() as cursor:
-        cursor.execute("SET maintenance_work_mem = '512MB'")
-        for table, steps, time_expr, metrics in plan:
-            step_started = time.perf_counter()
-            with transaction.atomic():
-                rows = _fill(cursor, table, first, nodes, steps, time_expr, metrics)
-            print(f"filled {table}: {rows:,} rows in {time.perf_counter() - step_started:.0f} s", flush=True)
-        for table, *_ in plan:
-            cursor.execute(f"VACUUM ANALYZE {table}")
+    node_ids = sorted(node.pk for node in created)
+    assert node_ids[-1] == node_ids[0] + nodes - 1
+    for entry in _plan():
+        _fill(node_ids[0], nodes, *entry)
     print(f"fill done in {time.perf_counter() - started:.0f} s", flush=True)
-    return [node.pk for node in created]
+    return node_ids
 
 
 def measure(node_ids: list[int], requests: int) -> dict[str, dict[str, float]]:
@@ -170,7 +178,7 @@ def measure(node_ids: list[int], requests: int) -> dict[str, dict[str, float]]:
     from apps.accounts.roles import Role
 
     user, _ = User.objects.get_or_create(username="bench-viewer", defaults={"role": Role.VIEWER})
-    _, secret = ApiToken.issue(user=user, name="bench", role=Role.VIEWER)
+    _, secret = ApiToken.issue(user=user, name=f"bench-{time.time_ns()}", role=Role.VIEWER)
     client = Client(HTTP_AUTHORIZATION=f"Bearer {secret}")
     chosen = random.Random(7).sample(node_ids, min(requests, len(node_ids)))
     results = {}
