@@ -114,6 +114,14 @@ def test_it_weighs_minute_means_by_their_sample_counts_in_an_hour(make_node):
     assert GpuHourRollup.objects.filter(node=node).count() == 1
 
 
+def every_minute_until(end: datetime) -> None:
+    """The beat schedule: a minute pass each minute (the hourly pass is left to the test)."""
+    now = RollupProgress.objects.get(name="minute").position
+    while now < end:
+        now += timedelta(minutes=1)
+        roll_up_received(now)
+
+
 def test_the_minute_pass_rolls_what_was_received_since_the_last_pass(make_node):
     node = make_node()
     GpuSample.objects.bulk_create([raw(node, 0, 3600 + s, util_gpu=20.0) for s in range(120)])
@@ -124,13 +132,23 @@ def test_the_minute_pass_rolls_what_was_received_since_the_last_pass(make_node):
     assert roll_up_received(now).minute_rows == 0  # nothing new received
 
 
+def test_the_minute_pass_starts_at_the_oldest_row_and_catches_up_thirty_minutes_at_a_time(make_node):
+    node = make_node()
+    GpuSample.objects.bulk_create([raw(node, 0, m * 60, util_gpu=1.0) for m in range(90)])
+    now = START + timedelta(hours=2)
+    assert [roll_up_received(now).minute_rows for _ in range(4)] == [30, 30, 30, 0]
+    assert RollupProgress.objects.get(name="minute").position == now - timedelta(seconds=30)
+    assert GpuMinuteRollup.objects.filter(node=node).count() == 90
+
+
 def test_the_minute_pass_rolls_a_late_backlog_and_updates_its_already_rolled_hour(make_node):
     live, replaying = make_node(), make_node()
     GpuSample.objects.bulk_create([raw(n, 0, s, util_gpu=10.0) for n in (live, replaying) for s in range(60)])
     roll_up_received(START + timedelta(minutes=2))
     roll_up_completed_hours(START + timedelta(hours=1, minutes=10))
     assert GpuHourRollup.objects.get(node=replaying).util_gpu_mean == 10.0
-    # An hour later the second node replays the rest of that first hour from its buffer.
+    every_minute_until(START + timedelta(hours=2))
+    # Two hours in, the second node replays the rest of that first hour from its buffer.
     arrived = START + timedelta(hours=2)
     GpuSample.objects.bulk_create([raw(replaying, 0, 60 + s, util_gpu=70.0, received=arrived) for s in range(60)])
     report = roll_up_received(arrived + timedelta(minutes=1))
