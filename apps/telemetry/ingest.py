@@ -124,10 +124,16 @@ class Ingestor:
     def _bind_loop(self) -> asyncio.AbstractEventLoop:
         """Start the flusher on the running event loop (again, if the previous loop has ended)."""
         loop = asyncio.get_running_loop()
-        if self._loop is not loop or self._flusher is None or self._flusher.done():
-            self._loop, self._wake = loop, asyncio.Event()
+        if self._loop is not loop:
+            self._loop, self._wake, self._flusher = loop, asyncio.Event(), None
             self._pending, self._pending_rows = [], 0  # futures of an ended loop have no one awaiting
+        if self._flusher is not None and self._flusher.done():
+            if not self._flusher.cancelled() and self._flusher.exception():
+                log.error("Telemetry flusher failed; restarting it.", exc_info=self._flusher.exception())
+            self._flusher = None
+        if self._flusher is None:
             self._flusher = loop.create_task(self._run(), name="telemetry-ingest-flusher")
+            self._wake.set()  # what is already pending is flushed on its deadline
         return loop
 
     async def _run(self) -> None:

@@ -167,6 +167,19 @@ async def test_it_stores_a_message_whose_submitter_went_away(make_node):
     assert await stored_rows(node.pk) == 8
 
 
+async def test_it_keeps_what_is_pending_when_its_flusher_has_to_be_restarted(make_node):
+    node = await sync_to_async(make_node)()
+    ing, _ = ingestor(flush_interval_s=0.1)
+    first = asyncio.ensure_future(ing.submit(node.pk, telemetry(1)))
+    await asyncio.sleep(0.01)
+    ing._flusher.cancel()  # as an event-loop shutdown or a bug would
+    await asyncio.sleep(0.01)
+    assert await ing.submit(node.pk, telemetry(2, ts=T0 + 1)) == 2
+    assert await first == 2
+    assert await stored_rows(node.pk) == 16
+    await ing.aclose()
+
+
 async def test_it_writes_what_is_pending_when_closed(make_node):
     node = await sync_to_async(make_node)()
     ing, _ = ingestor(flush_interval_s=60.0)
