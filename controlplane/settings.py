@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "apps.inventory",
     "apps.costs",
     "apps.failures",
+    "apps.telemetry",
 ]
 
 MIDDLEWARE = [
@@ -143,6 +144,7 @@ CELERY_TASK_QUEUES = [Queue("default"), Queue("maintenance"), Queue("telemetry")
 CELERY_TASK_ROUTES = {
     "apps.accounts.tasks.*": {"queue": "maintenance"},
     "apps.failures.tasks.*": {"queue": "telemetry"},
+    "apps.telemetry.tasks.*": {"queue": "telemetry"},
 }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -156,7 +158,19 @@ CELERY_BEAT_SCHEDULE = {
     "failures-flag-stragglers": {
         "task": "apps.failures.tasks.flag_stragglers",
         "schedule": 30.0,
-        "options": {"queue": "telemetry", "expires": 30},
+        "options": {"expires": 30},
+    },
+    "telemetry-rollup-minutes": {
+        "task": "apps.telemetry.tasks.roll_up_minutes",
+        "schedule": 60.0,
+    },
+    "telemetry-rollup-hours": {
+        "task": "apps.telemetry.tasks.roll_up_hours",
+        "schedule": 300.0,
+    },
+    "telemetry-retention": {
+        "task": "apps.telemetry.tasks.apply_retention",
+        "schedule": 600.0,
     },
 }
 CELERY_TIMEZONE = TIME_ZONE
@@ -228,6 +242,13 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DATA_UPLOAD_MAX_MEMORY_SIZE", 20 * 1024 *
 
 AUDIT_LOG_RETENTION_DAYS = env_int("AUDIT_LOG_RETENTION_DAYS", 400, minimum=1)
 API_TOKEN_LAST_USED_RESOLUTION_S = 60
+
+# Telemetry storage (apps/telemetry): retention, ingest batching, /metrics freshness.
+TELEMETRY_RAW_RETENTION_HOURS = env_int("TELEMETRY_RAW_RETENTION_HOURS", 48, minimum=1)
+TELEMETRY_MINUTE_RETENTION_DAYS = env_int("TELEMETRY_MINUTE_RETENTION_DAYS", 90, minimum=1)
+TELEMETRY_FLUSH_INTERVAL_MS = env_int("TELEMETRY_FLUSH_INTERVAL_MS", 250, minimum=10)
+TELEMETRY_FLUSH_MAX_ROWS = env_int("TELEMETRY_FLUSH_MAX_ROWS", 20_000, minimum=1)
+TELEMETRY_METRICS_MAX_AGE_S = env_int("TELEMETRY_METRICS_MAX_AGE_S", 60, minimum=1)
 
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()
 LOGGING = {

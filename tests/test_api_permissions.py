@@ -25,7 +25,7 @@ from apps.accounts.models import ApiToken, User
 from apps.accounts.roles import Role, role_rank
 from apps.failures.events import node_unreachable
 from apps.failures.models import StragglerFlag
-from apps.inventory.models import Cluster, Rack
+from apps.inventory.models import Cluster, Node, Rack
 from tests import factories
 from tests.shared_data import rolled_back_afterwards
 
@@ -100,6 +100,9 @@ REQUIRED_ROLE: dict[str, dict[str, str]] = {
     **read_only("/api/v1/stragglers"),
     "/api/v1/xid-catalog": {"GET": VIEWER},
     "/api/v1/xid-catalog/{code}": {"GET": VIEWER},
+    # Telemetry: charts and the Prometheus export (scrapers use a viewer token)
+    "/api/v1/nodes/{node_id}/telemetry": {"GET": VIEWER},
+    "/metrics": {"GET": VIEWER},
 }
 
 
@@ -206,6 +209,7 @@ def model_for(path: str) -> type[models.Model]:
 
 def url_for(path: str) -> str:
     path = path.replace("{code}", "79")  # an XID the catalog describes
+    path = path.replace("{node_id}", str(Node.objects.order_by("pk").first().pk))
     if "{id}" not in path:
         return path
     model = model_for(path)

@@ -14,7 +14,7 @@ def test_beat_runs_it_every_30_seconds_and_drops_a_run_that_could_not_start_in_t
     entry = settings.CELERY_BEAT_SCHEDULE["failures-flag-stragglers"]
     assert entry["task"] == tasks.flag_stragglers.name
     assert entry["schedule"] == 30.0
-    assert entry["options"] == {"queue": "telemetry", "expires": 30}
+    assert entry["options"] == {"expires": 30}
 
 
 def test_it_reports_what_changed(db, monkeypatch):

@@ -1,0 +1,7 @@
+from django.urls import path
+
+from apps.telemetry.api import views
+
+urlpatterns = [
+    path("nodes/<int:node_id>/telemetry", views.NodeTelemetryView.as_view(), name="node-telemetry"),
+]

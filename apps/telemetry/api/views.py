@@ -1,0 +1,33 @@
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.inventory.models import Node
+from apps.telemetry.api.serializers import NodeTelemetrySerializer, TelemetryQuerySerializer
+from apps.telemetry.queries import METRICS, WINDOWS, node_series
+
+
+class NodeTelemetryView(APIView):
+    """One node's GPU metric over the last 15 minutes, 24 hours or 30 days, as per-GPU series of
+    (t, min, mean, max) points."""
+
+    @extend_schema(parameters=[TelemetryQuerySerializer], responses=NodeTelemetrySerializer)
+    def get(self, request: Request, node_id: int) -> Response:
+        query = TelemetryQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        node = get_object_or_404(Node.objects.only("id", "hostname"), pk=node_id)
+        window, metric = WINDOWS[query.validated_data["window"]], query.validated_data["metric"]
+        series = node_series(node.pk, window, metric, now=timezone.now())
+        body = {
+            "node": node.pk,
+            "hostname": node.hostname,
+            "window": window.name,
+            "metric": metric,
+            "unit": METRICS[metric],
+            "source": window.source_name,
+            **series,
+        }
+        return Response(body)  # NodeTelemetrySerializer documents it; thousands of points skip its per-field cost

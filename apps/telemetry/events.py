@@ -1,0 +1,61 @@
+"""Storing the events agents report (XID, ECC, thermal, PCIe, NVLink, port), deduplicated by seq.
+
+This is the storage half: the events as received, the node's events cursor, and the last XID of
+each GPU (for /metrics). Turning events into failures with a severity and a recommended action
+belongs to the failures module, which reads ``AgentEvent``.
+"""
+
+from datetime import UTC, datetime
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from agents.protocol import Events
+from apps.telemetry.models import AgentEvent, LatestXid
+from apps.telemetry.storage import advance_cursors, lock_cursors
+
+
+def record_events(node_id: int, message: Events) -> int:
+    """Store the message's events unless its seq is already stored; return the node's events seq."""
+    now = timezone.now()
+    with transaction.atomic(), connection.cursor() as cursor:
+        stored_seq = lock_cursors(cursor, [node_id], "events_seq", now)[node_id]
+        if message.seq <= stored_seq:
+            return stored_seq
+        events = [
+            AgentEvent(
+                node_id=node_id,
+                ts=datetime.fromtimestamp(event.ts, UTC),
+                kind=event.kind,
+                gpu_index=event.gpu_index,
+                port_device=event.port_device or "",
+                xid=event.xid,
+                data=event.data,
+                received_at=now,
+            )
+            for event in message.events
+        ]
+        AgentEvent.objects.bulk_create(events)
+        _remember_last_xids(node_id, events)
+        advance_cursors(cursor, {node_id: message.seq}, "events_seq", now)
+    return message.seq
+
+
+def _remember_last_xids(node_id: int, events: list[AgentEvent]) -> None:
+    newest: dict[int, AgentEvent] = {}
+    for event in (e for e in events if e.kind == "xid" and e.xid is not None and e.gpu_index is not None):
+        if event.gpu_index not in newest or newest[event.gpu_index].ts <= event.ts:
+            newest[event.gpu_index] = event
+    if not newest:
+        return
+    known = dict(LatestXid.objects.filter(node_id=node_id, gpu_index__in=newest).values_list("gpu_index", "ts"))
+    LatestXid.objects.bulk_create(
+        [
+            LatestXid(node_id=node_id, gpu_index=gpu, xid=event.xid, ts=event.ts)
+            for gpu, event in newest.items()
+            if gpu not in known or known[gpu] <= event.ts
+        ],
+        update_conflicts=True,
+        unique_fields=["node", "gpu_index"],
+        update_fields=["xid", "ts"],
+    )

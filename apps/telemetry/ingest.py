@@ -1,0 +1,213 @@
+"""The ingestor: every agent consumer in a server process hands its telemetry here, and it is
+written in batches (storage.write_batch) on one writer thread.
+
+A consumer awaits ``submit`` and acks the agent only with the seq it returns, which is durably
+stored: rows and cursor committed together. So a consumer awaiting one message at a time holds at
+most one frame in memory, and a slow database slows the agents down (they buffer) instead of
+growing a queue here.
+
+A batch is flushed 250 ms (``TELEMETRY_FLUSH_INTERVAL_MS``) after its first message arrived, or at
+once when it holds ``TELEMETRY_FLUSH_MAX_ROWS`` rows. One write at a time, on one dedicated
+thread (one database connection, batches committed in arrival order); the next batch fills while
+the current one is written.
+"""
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import close_old_connections, connections
+
+from agents.protocol import Telemetry
+from apps.telemetry import live
+from apps.telemetry.storage import StoredBatch, Submission, write_batch
+
+log = logging.getLogger(__name__)
+
+# How often each node's newest-sample rows (LatestGpuSample, read by /metrics) are refreshed.
+# Prometheus scrapes every 15-60 s and dcgm-exporter itself collects every 30 s by default, so
+# refreshing every 5 s instead of every second loses nothing and spares the database ~4 of 5
+# upserts (the browsers' live view comes from the channel layer, every second).
+LATEST_REFRESH_S = 5.0
+
+
+@dataclass(slots=True)
+class _Pending:
+    submission: Submission
+    rows: int
+    future: asyncio.Future[int]
+
+
+@dataclass(slots=True)
+class IngestStats:
+    """Running totals for this process, for benchmarks and health pages."""
+
+    batches: int = 0
+    messages_stored: int = 0
+    duplicates: int = 0
+    gpu_rows: int = 0
+    port_rows: int = 0
+    failed_batches: int = 0
+    last_write_ms: float = 0.0
+
+
+class Ingestor:
+    def __init__(
+        self,
+        *,
+        flush_interval_s: float | None = None,
+        max_rows: int | None = None,
+        writer: Callable[..., StoredBatch] = write_batch,
+        on_stored: Callable[[StoredBatch], None] = live.on_batch_stored,
+    ) -> None:
+        self.flush_interval_s = (
+            settings.TELEMETRY_FLUSH_INTERVAL_MS / 1000 if flush_interval_s is None else flush_interval_s
+        )
+        self.max_rows = settings.TELEMETRY_FLUSH_MAX_ROWS if max_rows is None else max_rows
+        self.stats = IngestStats()
+        self._writer = writer
+        self._on_stored = on_stored
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="telemetry-writer")
+        # Highest seq known committed per node, from this process's own commits: lets a replay of
+        # what is already stored be answered without a database round trip. The database cursor,
+        # read under lock in every batch, stays the authority (another process may be ahead).
+        self._stored_seq: dict[int, int] = {}
+        self._latest_due: dict[int, float] = {}  # node -> sample ts from which its latest rows are refreshed
+        self._pending: list[_Pending] = []
+        self._pending_rows = 0
+        self._deadline = 0.0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._flusher: asyncio.Task[None] | None = None
+        self._closing = False
+
+    async def submit(self, node_id: int, message: Telemetry) -> int:
+        """Store ``message`` unless its seq is already stored; return the node's stored seq.
+
+        Raises the database's exception if the batch carrying it could not be written (nothing of
+        that batch is stored; the agent resends).
+        """
+        loop = self._bind_loop()
+        known = self._stored_seq.get(node_id)
+        if known is not None and message.seq <= known:
+            self.stats.duplicates += 1
+            return known
+        rows = sum(len(sample.gpus) + len(sample.ports) for sample in message.samples)
+        pending = _Pending(Submission(node_id, message), rows, loop.create_future())
+        if not self._pending:
+            self._deadline = loop.time() + self.flush_interval_s
+            self._wake.set()
+        self._pending.append(pending)
+        self._pending_rows += rows
+        if self._pending_rows >= self.max_rows:
+            self._wake.set()
+        return await pending.future
+
+    async def aclose(self) -> None:
+        """Write what is pending, then stop the flusher (server shutdown, tests)."""
+        if self._flusher is None or self._loop is not asyncio.get_running_loop():
+            return
+        self._closing = True
+        self._wake.set()
+        await self._flusher
+        await self._loop.run_in_executor(self._executor, connections.close_all)  # the writer thread's
+        self._flusher = self._loop = None
+        self._closing = False
+
+    # Internals --------------------------------------------------------------------------------
+
+    def _bind_loop(self) -> asyncio.AbstractEventLoop:
+        """Start the flusher on the running event loop (again, if the previous loop has ended)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            self._loop, self._wake, self._flusher = loop, asyncio.Event(), None
+            self._pending, self._pending_rows = [], 0  # futures of an ended loop have no one awaiting
+        if self._flusher is not None and self._flusher.done():
+            if not self._flusher.cancelled() and self._flusher.exception():
+                log.error("Telemetry flusher failed; restarting it.", exc_info=self._flusher.exception())
+            self._flusher = None
+        if self._flusher is None:
+            self._flusher = loop.create_task(self._run(), name="telemetry-ingest-flusher")
+            self._wake.set()  # what is already pending is flushed on its deadline
+        return loop
+
+    async def _run(self) -> None:
+        assert self._loop is not None
+        assert self._wake is not None
+        while True:
+            if not self._pending:
+                if self._closing:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            delay = self._deadline - self._loop.time()
+            if delay > 0 and self._pending_rows < self.max_rows and not self._closing:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), delay)
+                continue
+            await self._flush(self._take_batch())
+
+    def _take_batch(self) -> list[_Pending]:
+        taken, rows = 0, 0
+        while taken < len(self._pending) and (taken == 0 or rows + self._pending[taken].rows <= self.max_rows):
+            rows += self._pending[taken].rows
+            taken += 1
+        batch, self._pending = self._pending[:taken], self._pending[taken:]
+        self._pending_rows -= rows
+        return batch
+
+    async def _flush(self, batch: list[_Pending]) -> None:
+        assert self._loop is not None
+        started = time.perf_counter()
+        try:
+            stored = await self._loop.run_in_executor(self._executor, self._write, [p.submission for p in batch])
+        except Exception as exc:
+            self.stats.failed_batches += 1
+            log.warning("Telemetry batch of %d messages not stored: %s", len(batch), exc)
+            for pending in batch:
+                if not pending.future.done():
+                    pending.future.set_exception(exc)
+            return
+        self.stats.last_write_ms = (time.perf_counter() - started) * 1000
+        self._record(stored)
+        for pending in batch:
+            if not pending.future.done():  # a consumer that went away cancelled its future
+                pending.future.set_result(stored.cursors[pending.submission.node_id])
+        try:
+            self._on_stored(stored)
+        except Exception:
+            log.exception("Publishing a stored telemetry batch failed; the batch itself is stored.")
+
+    def _write(self, batch: list[Submission]) -> StoredBatch:
+        close_old_connections()  # on the writer thread: drop a connection a failed batch left broken
+        return self._writer(batch, latest_not_before=self._latest_due)
+
+    def _record(self, stored: StoredBatch) -> None:
+        for node_id, seq in stored.cursors.items():
+            if seq > self._stored_seq.get(node_id, 0):
+                self._stored_seq[node_id] = seq
+        for node_id, ts in stored.latest_ts.items():
+            self._latest_due[node_id] = ts + LATEST_REFRESH_S
+        self.stats.batches += 1
+        self.stats.messages_stored += len(stored.stored)
+        self.stats.duplicates += stored.duplicates
+        self.stats.gpu_rows += stored.gpu_rows
+        self.stats.port_rows += stored.port_rows
+
+
+_ingestor: Ingestor | None = None
+
+
+def get_ingestor() -> Ingestor:
+    """The process's one ingestor (created on first use, with the settings then in force)."""
+    global _ingestor
+    if _ingestor is None:
+        _ingestor = Ingestor()
+    return _ingestor

@@ -1,0 +1,122 @@
+"""Live telemetry for browsers: the newest values, published through the channel layer.
+
+The ingestor calls ``on_batch_stored`` after every commit (cheap: it only notes each node's newest
+sample). Once a second the notes are sent: one ``telemetry.node`` message to each changed node's
+group ``node.<id>``, and one ``telemetry.fleet`` message to the ``fleet`` group summarising every
+changed node. So no group gets more than one message a second, whatever the sample rate
+(DESIGN.md: a channels_redis ``group_send`` costs ~1 ms; one per sample would not keep up).
+
+Browser consumers subscribed to these groups implement ``telemetry_node`` and ``telemetry_fleet``.
+"""
+
+import asyncio
+import logging
+from statistics import fmean
+from typing import Any
+
+from channels.layers import get_channel_layer
+
+from agents.protocol import NodeSample
+from apps.telemetry.storage import StoredBatch
+
+log = logging.getLogger(__name__)
+
+PUBLISH_INTERVAL_S = 1.0
+LIVE_GPU_FIELDS = ("util_gpu", "util_mem", "mem_used_mib", "temp_c", "power_w", "sm_clock_mhz")
+FLEET_GROUP = "fleet"
+
+
+def node_group(node_id: int) -> str:
+    return f"node.{node_id}"
+
+
+def node_update(node_id: int, sample: NodeSample) -> dict[str, Any]:
+    """The ``telemetry.node`` message: one node's newest sample, GPU by GPU."""
+    gpus = [{"index": gpu.index, **{name: getattr(gpu, name) for name in LIVE_GPU_FIELDS}} for gpu in sample.gpus]
+    return {"type": "telemetry.node", "node": node_id, "ts": sample.ts, "gpus": gpus}
+
+
+def fleet_entry(update: dict[str, Any]) -> dict[str, Any]:
+    """One node's line in the ``telemetry.fleet`` message."""
+    gpus = update["gpus"]
+    utils = [g["util_gpu"] for g in gpus if g["util_gpu"] is not None]
+    powers = [g["power_w"] for g in gpus if g["power_w"] is not None]
+    temps = [g["temp_c"] for g in gpus if g["temp_c"] is not None]
+    return {
+        "node": update["node"],
+        "ts": update["ts"],
+        "gpus": len(gpus),
+        "util_gpu_mean": fmean(utils) if utils else None,
+        "power_w_total": sum(powers) if powers else None,
+        "temp_c_max": max(temps) if temps else None,
+    }
+
+
+class LivePublisher:
+    """Sends each group its newest values at once, unless the group had a message less than
+    ``interval_s`` ago: then at the end of that interval, with whatever is newest by then."""
+
+    def __init__(self, *, interval_s: float = PUBLISH_INTERVAL_S) -> None:
+        self.interval_s = interval_s
+        self._nodes: dict[int, dict[str, Any]] = {}  # node id -> newest unsent telemetry.node message
+        self._fleet: dict[int, dict[str, Any]] = {}  # node id -> newest entry not yet in a fleet message
+        self._last_sent: dict[str, float] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._failing = False
+
+    def note(self, stored: StoredBatch) -> None:
+        """Remember each node's newest sample of the batch and make sure a send is under way."""
+        for submission in stored.stored:
+            newest = max(submission.message.samples, key=lambda sample: sample.ts)
+            current = self._nodes.get(submission.node_id) or self._fleet.get(submission.node_id)
+            if current is None or current["ts"] <= newest.ts:
+                update = node_update(submission.node_id, newest)
+                self._nodes[submission.node_id] = update
+                self._fleet[submission.node_id] = fleet_entry(update)
+        loop = asyncio.get_running_loop()
+        if self._nodes and (self._task is None or self._task.done() or self._task.get_loop() is not loop):
+            self._task = loop.create_task(self._run(), name="telemetry-live-publisher")
+
+    async def publish_due(self, now: float) -> float | None:
+        """Send every message whose group may have one now; return when the next one is due."""
+        messages = []
+        for node_id in [n for n in self._nodes if self._due(node_group(n), now)]:
+            messages.append((node_group(node_id), self._nodes.pop(node_id)))
+        if self._fleet and self._due(FLEET_GROUP, now):
+            messages.append((FLEET_GROUP, {"type": "telemetry.fleet", "nodes": list(self._fleet.values())}))
+            self._fleet = {}
+        for group, _ in messages:
+            self._last_sent[group] = now
+        if messages:
+            await self._send(messages)
+        waiting = [node_group(n) for n in self._nodes] + ([FLEET_GROUP] if self._fleet else [])
+        return min((self._next_slot(g) for g in waiting), default=None)
+
+    def _next_slot(self, group: str) -> float:
+        return self._last_sent.get(group, -self.interval_s) + self.interval_s
+
+    def _due(self, group: str, now: float) -> bool:
+        return now >= self._next_slot(group)
+
+    async def _send(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        results = await asyncio.gather(*(layer.group_send(g, m) for g, m in messages), return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures and not self._failing:  # once per outage, not once a second
+            log.warning("Live telemetry: %d of %d group sends failed: %s", len(failures), len(messages), failures[0])
+        self._failing = bool(failures)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while (next_due := await self.publish_due(loop.time())) is not None:
+            await asyncio.sleep(max(0.0, next_due - loop.time()))
+
+
+publisher = LivePublisher()
+
+
+def on_batch_stored(stored: StoredBatch) -> None:
+    """Called by the ingestor, on its event loop, after each committed batch."""
+    publisher.note(stored)
