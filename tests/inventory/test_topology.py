@@ -201,10 +201,16 @@ def test_208_the_api_shows_the_figure_with_its_inputs(api_client, two_leaves):
 
 @pytest.mark.parametrize(
     ("query", "message"),
-    [("hostname=nope", "Unknown hostnames: nope."), ("", "Give hostname=..."), ("cluster=abc", "valid integer")],
+    [
+        ("hostname=nope", "Unknown hostnames: nope."),
+        ("", "Give hostname=..."),
+        ("cluster=abc", "valid integer"),
+        ("cluster={empty}", "has no node in service"),
+    ],
 )
 def test_209_the_api_explains_bad_queries(api_client, two_leaves, query, message):
-    response = api_client("viewer").get(f"/api/v1/fabric/theoretical-busbw?{query}")
+    empty = factories.cluster()
+    response = api_client("viewer").get(f"/api/v1/fabric/theoretical-busbw?{query.format(empty=empty.pk)}")
     assert response.status_code == 400
     assert message in str(response.json())
 

@@ -239,8 +239,10 @@ class BusBandwidthView(APIView):
                 Cluster, pk=serializers.IntegerField().to_internal_value(request.query_params["cluster"])
             )
             nodes = cluster.nodes.filter(lifecycle=Lifecycle.IN_SERVICE)
+            if not nodes.exists():
+                raise serializers.ValidationError(
+                    {"cluster": f"{cluster} has no node in service; name the nodes with hostname=... instead."}
+                )
         else:
             raise serializers.ValidationError({"hostname": "Give hostname=... (one or more) or cluster=<id>."})
-        if not nodes.exists():
-            raise serializers.ValidationError({"detail": "No nodes match."})
         return Response(theoretical_busbw(nodes).as_dict())
