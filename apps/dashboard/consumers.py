@@ -189,14 +189,14 @@ class LiveConsumer(AsyncWebsocketConsumer):
         if self._closing or not await self._still_allowed():
             return
         try:
-            await self._handle(text_data, bytes_data)
+            await self._handle(text_data)
         except BadMessage as exc:
             await self._reply_error(exc.reason, str(exc))
         except Exception:
             log.exception("Live stream request failed")
             await self._reply_error("unavailable", "The server could not do that just now; try again.")
 
-    async def _handle(self, text: str | None, data: bytes | None) -> None:
+    async def _handle(self, text: str | None) -> None:
         if text is None:
             raise BadMessage("binary", "Send JSON in text frames.")
         size = len(text.encode())

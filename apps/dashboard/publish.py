@@ -13,9 +13,10 @@ back, and a failure to publish (Redis away) is logged and never fails the change
 Messages (channel layer ``type`` → consumer handler): ``node.state`` {node, state: {field: value}},
 ``failure.update`` {node, failure: {...}, state: {alarms, severity}}.
 
-A failure is read back after the commit rather than sent as the caller holds it: an XID storm that
-repeats one failure 50 times in one transaction then costs one message with the final count (the
-other 49 read the same row and are dropped as already sent), and a change rolled back is never sent.
+Rows are read back after the commit rather than sent as the caller holds them: what browsers get is
+what is committed (a caller's copy of a node may hold a lifecycle another process has changed since),
+and an XID storm that repeats one failure 50 times in one transaction costs one message with the
+final count (the other 49 read the same row and are dropped as already sent).
 """
 
 import logging
@@ -64,15 +65,19 @@ _last_sent = _LastSent()
 
 
 def publish_node_state(node: "Node") -> None:
-    state = {"lifecycle": node.lifecycle, "liveness": node.liveness}
-    transaction.on_commit(partial(_publish_node_state, node.pk, state), robust=True)
+    transaction.on_commit(partial(_publish_node_state, node.pk), robust=True)
 
 
 def publish_failure(failure: "Failure") -> None:
     transaction.on_commit(partial(_publish_failure, failure.pk), robust=True)
 
 
-def _publish_node_state(node_id: int, state: dict[str, Any]) -> None:
+def _publish_node_state(node_id: int) -> None:
+    from apps.dashboard import streams
+
+    state = streams.node_state(node_id)
+    if state is None or not _last_sent.is_new(("node", node_id), state):
+        return
     message = {"type": "node.state", "node": node_id, "state": state}
     _send(node_id, to_node=message, to_fleet=message)
 

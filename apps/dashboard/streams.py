@@ -106,6 +106,11 @@ def node_snapshot(node_id: int) -> Tree | None:
     return state
 
 
+def node_state(node_id: int) -> Tree | None:
+    """``lifecycle`` and ``liveness`` of one node (None: gone): one query."""
+    return Node.objects.filter(pk=node_id).values("lifecycle", "liveness").first()
+
+
 def node_alarms(node_id: int) -> Tree:
     """``alarms`` and ``severity`` of one node: one query."""
     return alarm_summary(list(Failure.objects.filter(IS_ALARM, node_id=node_id).values_list("severity", flat=True)))

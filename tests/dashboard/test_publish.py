@@ -9,6 +9,7 @@ from django.db import transaction
 from apps.dashboard import publish
 from apps.failures.events import record_events
 from apps.failures.models import Failure
+from apps.inventory.models import Node
 from tests import factories
 from tests.failures.conftest import events, xid
 
@@ -49,6 +50,19 @@ def test_a_lifecycle_change_is_sent_to_the_node_and_the_fleet_once_committed(
 
     message = {"type": "node.state", "node": node.pk, "state": {"lifecycle": "drained", "liveness": "unknown"}}
     assert layer.sent == [(f"node.{node.pk}", message), ("fleet", message)]
+
+
+def test_what_is_sent_is_the_committed_state_not_the_callers_copy(layer, node, django_capture_on_commit_callbacks):
+    stale = Node.objects.get(pk=node.pk)  # e.g. the gateway's copy, read when the agent connected
+    with django_capture_on_commit_callbacks(execute=True):
+        node.transition("drained", actor="alice", reason="maintenance")
+    layer.sent.clear()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        Node.objects.filter(pk=node.pk).update(liveness="online")
+        publish.publish_node_state(stale)
+
+    assert [message["state"] for _, message in layer.sent] == [{"lifecycle": "drained", "liveness": "online"}] * 2
 
 
 def test_a_change_rolled_back_is_never_sent(layer, node, django_capture_on_commit_callbacks):
