@@ -107,8 +107,9 @@ def node_snapshot(node_id: int) -> Tree | None:
 
 
 def node_state(node_id: int) -> Tree | None:
-    """``lifecycle`` and ``liveness`` of one node (None: gone): one query."""
-    return Node.objects.filter(pk=node_id).values("lifecycle", "liveness").first()
+    """``hostname``, ``lifecycle`` and ``liveness`` of one node (None: gone): one query. The hostname
+    rides along so that a node enrolled after a fleet snapshot arrives in the fleet with its name."""
+    return Node.objects.filter(pk=node_id).values(*NODE_FIELDS).first()
 
 
 def node_alarms(node_id: int) -> Tree:

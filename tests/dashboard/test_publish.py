@@ -48,7 +48,8 @@ def test_a_lifecycle_change_is_sent_to_the_node_and_the_fleet_once_committed(
         node.transition("drained", actor="alice", reason="maintenance")
         assert layer.sent == []  # not before the commit
 
-    message = {"type": "node.state", "node": node.pk, "state": {"lifecycle": "drained", "liveness": "unknown"}}
+    state = {"hostname": node.hostname, "lifecycle": "drained", "liveness": "unknown"}
+    message = {"type": "node.state", "node": node.pk, "state": state}
     assert layer.sent == [(f"node.{node.pk}", message), ("fleet", message)]
 
 
@@ -62,7 +63,8 @@ def test_what_is_sent_is_the_committed_state_not_the_callers_copy(layer, node, d
         Node.objects.filter(pk=node.pk).update(liveness="online")
         publish.publish_node_state(stale)
 
-    assert [message["state"] for _, message in layer.sent] == [{"lifecycle": "drained", "liveness": "online"}] * 2
+    state = {"hostname": node.hostname, "lifecycle": "drained", "liveness": "online"}
+    assert [message["state"] for _, message in layer.sent] == [state] * 2
 
 
 def test_a_change_rolled_back_is_never_sent(layer, node, django_capture_on_commit_callbacks):
