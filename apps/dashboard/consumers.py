@@ -281,6 +281,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
                 due = max(self._pushed_at + UPDATE_INTERVAL_S, loop.time() + COALESCE_S)
                 await asyncio.sleep(due - loop.time())
                 async with self._send_lock:
+                    if loop.time() < self._pushed_at + UPDATE_INTERVAL_S:
+                        continue  # a snapshot went out meanwhile: wait a second from it
                     delta = self.view.take_delta()
                     if delta:
                         await self._send_json({"type": "delta", **delta})

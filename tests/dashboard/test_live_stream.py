@@ -228,6 +228,21 @@ def test_it_sends_a_burst_of_updates_at_most_once_a_second_with_the_newest_value
     assert (newest["ts"], newest["gpus"]["0"]["util_gpu"]) == (T0 + 9, 100.0)
 
 
+def test_a_snapshot_counts_as_the_seconds_message(open_browser, viewer, node):
+    other = factories.node(node.cluster, node.node_type, "gpu-b")
+    browser = open_browser(viewer)
+    browser.request({"subscribe": "node", "node": node.pk})
+    time.sleep(1.1)
+
+    group_send(live.node_group(node.pk), node_update(node.pk, T0))  # would go out in 50 ms ...
+    browser.request({"subscribe": "node", "node": other.pk})  # ... but this snapshot goes first
+    answered = time.monotonic()
+    delta = browser.receive()
+
+    assert time.monotonic() - answered > 0.9
+    assert list(delta["nodes"]) == [str(node.pk)]
+
+
 def test_it_stops_sending_a_stream_once_unsubscribed(open_browser, viewer, node):
     browser = open_browser(viewer)
     browser.request({"subscribe": "node", "node": node.pk})
