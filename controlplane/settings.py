@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "apps.costs",
     "apps.failures",
     "apps.telemetry",
+    "apps.dashboard",
 ]
 
 MIDDLEWARE = [

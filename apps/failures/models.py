@@ -17,6 +17,7 @@ from django.db.models import Count, Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from apps.dashboard.publish import publish_failure
 from apps.failures import xid as catalog
 from apps.failures.choices import ACTIVE_STATES, FailureKind, FailureState, Severity, StragglerMetric
 from apps.inventory.models import Gpu, NetworkPort, Node
@@ -134,6 +135,7 @@ class Failure(models.Model):
         self.refresh_from_db()
         if not changed:
             raise IllegalFailureTransition(f"{self.describe_state()}; only an open failure can be acknowledged.")
+        publish_failure(self)
 
     def resolve(self, *, actor: str, user: AbstractBaseUser | None = None, note: str = "") -> int:
         """Resolve the failure and its active side effects (and theirs); returns how many side effects."""
@@ -158,6 +160,7 @@ class Failure(models.Model):
         self.refresh_from_db()
         if not changed:
             raise IllegalFailureTransition(f"{self.describe_state()}; there is nothing left to resolve.")
+        publish_failure(self)
         return side_effects
 
     def describe_state(self) -> str:

@@ -6,17 +6,23 @@ group ``node.<id>``, and one ``telemetry.fleet`` message to the ``fleet`` group 
 changed node. So no group gets more than one message a second, whatever the sample rate
 (DESIGN.md: a channels_redis ``group_send`` costs ~1 ms; one per sample would not keep up).
 
-Browser consumers subscribed to these groups implement ``telemetry_node`` and ``telemetry_fleet``.
+Browser consumers subscribed to these groups implement ``telemetry_node`` and ``telemetry_fleet``
+(apps/dashboard/consumers.py). A node's group is sent only while some browser watches that node
+(apps/dashboard/watchers.py: a send to an empty group still costs two Redis round trips), and at
+most ``MAX_CONCURRENT_SENDS`` sends are in flight at once (the Redis client's pool holds 100
+connections and refuses more: gathering 1,000 sends at once failed most of them).
 """
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from statistics import fmean
 from typing import Any
 
 from channels.layers import get_channel_layer
 
 from agents.protocol import NodeSample
+from apps.dashboard import watchers
 from apps.telemetry.storage import StoredBatch
 
 log = logging.getLogger(__name__)
@@ -24,6 +30,7 @@ log = logging.getLogger(__name__)
 PUBLISH_INTERVAL_S = 1.0
 LIVE_GPU_FIELDS = ("util_gpu", "util_mem", "mem_used_mib", "temp_c", "power_w", "sm_clock_mhz")
 FLEET_GROUP = "fleet"
+MAX_CONCURRENT_SENDS = 32
 
 
 def node_group(node_id: int) -> str:
@@ -56,8 +63,16 @@ class LivePublisher:
     """Sends each group its newest values at once, unless the group had a message less than
     ``interval_s`` ago: then at the end of that interval, with whatever is newest by then."""
 
-    def __init__(self, *, interval_s: float = PUBLISH_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        *,
+        interval_s: float = PUBLISH_INTERVAL_S,
+        watched_nodes: Callable[[], Awaitable[set[int] | None]] = watchers.watched_nodes,
+    ) -> None:
         self.interval_s = interval_s
+        self._watched_nodes = watched_nodes  # None: unknown, send every node's group
+        self._watched: set[int] | None = None
+        self._watched_read_at = float("-inf")
         self._nodes: dict[int, dict[str, Any]] = {}  # node id -> newest unsent telemetry.node message
         self._fleet: dict[int, dict[str, Any]] = {}  # node id -> newest entry not yet in a fleet message
         self._last_sent: dict[str, float] = {}
@@ -79,9 +94,12 @@ class LivePublisher:
 
     async def publish_due(self, now: float) -> float | None:
         """Send every message whose group may have one now; return when the next one is due."""
+        watched = await self._watched_now(now)
         messages = []
         for node_id in [n for n in self._nodes if self._due(node_group(n), now)]:
-            messages.append((node_group(node_id), self._nodes.pop(node_id)))
+            update = self._nodes.pop(node_id)
+            if watched is None or node_id in watched:
+                messages.append((node_group(node_id), update))
         if self._fleet and self._due(FLEET_GROUP, now):
             messages.append((FLEET_GROUP, {"type": "telemetry.fleet", "nodes": list(self._fleet.values())}))
             self._fleet = {}
@@ -91,6 +109,12 @@ class LivePublisher:
             await self._send(messages)
         waiting = [node_group(n) for n in self._nodes] + ([FLEET_GROUP] if self._fleet else [])
         return min((self._next_slot(g) for g in waiting), default=None)
+
+    async def _watched_now(self, now: float) -> set[int] | None:
+        """The watched nodes, read at most once per interval."""
+        if now - self._watched_read_at >= self.interval_s:
+            self._watched, self._watched_read_at = await self._watched_nodes(), now
+        return self._watched
 
     def _next_slot(self, group: str) -> float:
         return self._last_sent.get(group, -self.interval_s) + self.interval_s
@@ -102,7 +126,13 @@ class LivePublisher:
         layer = get_channel_layer()
         if layer is None:
             return
-        results = await asyncio.gather(*(layer.group_send(g, m) for g, m in messages), return_exceptions=True)
+        in_flight = asyncio.Semaphore(MAX_CONCURRENT_SENDS)
+
+        async def send(group: str, message: dict[str, Any]) -> None:
+            async with in_flight:
+                await layer.group_send(group, message)
+
+        results = await asyncio.gather(*(send(g, m) for g, m in messages), return_exceptions=True)
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures and not self._failing:  # once per outage, not once a second
             log.warning("Live telemetry: %d of %d group sends failed: %s", len(failures), len(messages), failures[0])

@@ -1,0 +1,304 @@
+"""``ws/live``: the browser's live view of the fleet and of a few nodes (docs/live-stream.md).
+
+Who: a signed-in user with any role (session cookie; the ASGI stack has checked the Origin). A
+client that is not is accepted and closed at once with code 4401 (no session) or 4403 (no role), so
+the page can tell the two apart; the same checks run again on every client message and every 30 s
+(a session that ended closes with 4401, a user deactivated meanwhile with 4403).
+
+Client → server, one JSON object per text frame, at most 4 KB:
+
+    {"subscribe": "fleet"}                  {"unsubscribe": "fleet"}
+    {"subscribe": "node", "node": 7}        {"unsubscribe": "node", "node": 7}
+
+A client holds the fleet and up to ``MAX_NODE_STREAMS`` nodes. Subscribing again to a stream it
+holds sends a fresh snapshot (a way to resynchronise).
+
+Server → client:
+
+- ``{"type": "snapshot", "stream": "fleet", "nodes": {"<id>": entry}}`` and
+  ``{"type": "snapshot", "stream": "node", "node": 7, "state": {...}}``: the reply to a subscribe,
+  the stream's current state (apps/dashboard/streams.py lists the fields).
+- ``{"type": "delta", "fleet": {"<id>": {...}}, "nodes": {"<id>": {...}}}``: what changed since the
+  last message, for every stream the client holds, in one message at most once a second. Only values
+  that differ from what the client has are present; a node, GPU or field that is absent is unchanged.
+  Apply it by merging: objects key by key, any other value replaces.
+- ``{"type": "unsubscribed", "stream": ..., ["node": 7]}``: the reply to an unsubscribe.
+- ``{"type": "error", "reason": ..., "message": ...}``: the reply to a message the server could not
+  act on (malformed JSON, unknown key, wrong type, oversize, unknown node, too many nodes); the
+  connection goes on.
+
+Updates arrive from the channel layer: ``telemetry.node`` / ``telemetry.fleet`` (apps/telemetry/live.py,
+at most once a second per group) and ``node.state`` / ``failure.update`` (apps/dashboard/publish.py).
+They are merged into what the client is owed and sent together: at once (after ``COALESCE_S``, to
+catch the group messages the publisher sends together) if the client had nothing for a second, else
+when that second ends.
+"""
+
+import asyncio
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+import msgspec
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from apps.dashboard import streams, watchers
+from apps.dashboard.access import refusal_now, refusal_on_connect
+from apps.dashboard.deltas import LiveView, Tree
+from apps.telemetry.live import FLEET_GROUP, node_group
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 4096
+MAX_NODE_STREAMS = 20
+UPDATE_INTERVAL_S = 1.0
+COALESCE_S = 0.05
+CLOSE_SERVER_ERROR = 1011
+
+
+@dataclass
+class LiveStreamStats:
+    """Running totals for this process (health pages, tests)."""
+
+    accepted: int = 0
+    refused: Counter[str] = field(default_factory=Counter)  # on connect, by Refusal name
+    closed: Counter[str] = field(default_factory=Counter)  # by a later check, by Refusal name or "error"
+    rejected: Counter[str] = field(default_factory=Counter)  # client messages answered with an error, by reason
+    snapshots: int = 0
+    deltas: int = 0
+
+
+stats = LiveStreamStats()
+
+
+class BadMessage(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+NodeId = Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
+Stream = Literal["fleet", "node"]
+
+
+class ClientMessage(msgspec.Struct, forbid_unknown_fields=True):
+    subscribe: Stream | None = None
+    unsubscribe: Stream | None = None
+    node: NodeId | None = None
+
+
+USAGE = 'Expected {"subscribe": "fleet"} or {"subscribe": "node", "node": <id>}, or the same with "unsubscribe".'
+
+
+def parse(text: str) -> tuple[Literal["subscribe", "unsubscribe"], int | None]:
+    """(action, node id or None for the fleet) of a client message, or BadMessage saying what is wrong."""
+    try:
+        message = msgspec.json.decode(text, type=ClientMessage)
+    except msgspec.ValidationError as exc:
+        raise BadMessage("invalid", f"{exc}. {USAGE}") from None
+    except msgspec.DecodeError as exc:
+        raise BadMessage("malformed", f"Not a JSON object: {exc}.") from None
+    if (message.subscribe is None) == (message.unsubscribe is None):
+        raise BadMessage("invalid", f"Send exactly one of `subscribe` and `unsubscribe`. {USAGE}")
+    action, stream = ("subscribe", message.subscribe) if message.subscribe else ("unsubscribe", message.unsubscribe)
+    if (stream == "node") != (message.node is not None):
+        raise BadMessage("invalid", f"`node` (a node id) goes with the node stream, and only with it. {USAGE}")
+    return action, message.node
+
+
+class LiveConsumer(AsyncWebsocketConsumer):
+    recheck_s = watchers.WATCH_REFRESH_S  # access checked again, groups and watches renewed
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.view = LiveView()
+        self.user_id: int | None = None
+        self.session_key: str | None = None
+        self._closing = False
+        self._send_lock = asyncio.Lock()  # a message's view change and its send happen in one order
+        self._pushed_at = float("-inf")
+        self._pusher: asyncio.Task[None] | None = None
+        self._checker: asyncio.Task[None] | None = None
+
+    # Connection --------------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        await self.accept()
+        user = self.scope.get("user")
+        refusal = refusal_on_connect(user)
+        if refusal is not None:
+            stats.refused[refusal.name] += 1
+            await self._close(refusal)
+            return
+        stats.accepted += 1
+        self.user_id, self.session_key = user.pk, self.scope["session"].session_key
+        self._checker = asyncio.create_task(self._keep_checking())
+
+    async def disconnect(self, code: int) -> None:
+        self._closing = True
+        for task in (self._pusher, self._checker):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+        groups = [node_group(n) for n in self.view.node_ids()] + ([FLEET_GROUP] if self.view.holds_fleet() else [])
+        try:
+            for group in groups:
+                await self.channel_layer.group_discard(group, self.channel_name)
+            await watchers.unwatch(self.channel_name, self.view.node_ids())
+        except Exception as exc:  # memberships expire by themselves
+            log.warning("Live stream cleanup failed: %s", exc)
+
+    async def _close(self, code: int) -> None:
+        self._closing = True
+        await self.close(code=int(code))
+
+    async def _still_allowed(self) -> bool:
+        try:
+            refusal = await database_sync_to_async(refusal_now)(self.session_key, self.user_id)
+        except Exception:
+            log.exception("Could not check a live stream's user; closing it (the browser reconnects).")
+            stats.closed["error"] += 1
+            await self._close(CLOSE_SERVER_ERROR)
+            return False
+        if refusal is not None:
+            stats.closed[refusal.name] += 1
+            await self._close(refusal)
+            return False
+        return True
+
+    async def _keep_checking(self) -> None:
+        """Every ``recheck_s``: the user may still watch, and the memberships stay fresh (channels_redis
+        drops a group member after a day; the watch registry after WATCH_TTL_S)."""
+        while not self._closing:
+            await asyncio.sleep(self.recheck_s)
+            if not await self._still_allowed():
+                return
+            try:
+                if self.view.holds_fleet():
+                    await self.channel_layer.group_add(FLEET_GROUP, self.channel_name)
+                for node_id in self.view.node_ids():
+                    await self.channel_layer.group_add(node_group(node_id), self.channel_name)
+                await watchers.watch(self.channel_name, self.view.node_ids())
+            except Exception as exc:  # tried again next time
+                log.warning("Could not renew a live stream's groups: %s", exc)
+
+    # Client messages ---------------------------------------------------------------------------
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self._closing or not await self._still_allowed():
+            return
+        try:
+            await self._handle(text_data)
+        except BadMessage as exc:
+            await self._reply_error(exc.reason, str(exc))
+        except Exception:
+            log.exception("Live stream request failed")
+            await self._reply_error("unavailable", "The server could not do that just now; try again.")
+
+    async def _handle(self, text: str | None) -> None:
+        if text is None:
+            raise BadMessage("binary", "Send JSON in text frames.")
+        size = len(text.encode())
+        if size > MAX_MESSAGE_BYTES:
+            raise BadMessage("oversize", f"Messages are at most {MAX_MESSAGE_BYTES} bytes; this one has {size}.")
+        action, node_id = parse(text)
+        if action == "unsubscribe":
+            await self._unsubscribe(node_id)
+        elif node_id is None:
+            await self._subscribe_fleet()
+        else:
+            await self._subscribe_node(node_id)
+
+    async def _subscribe_fleet(self) -> None:
+        await self.channel_layer.group_add(FLEET_GROUP, self.channel_name)  # first: no update missed
+        entries = await database_sync_to_async(streams.fleet_snapshot)()
+        async with self._send_lock:
+            self.view.reset_fleet(entries)
+            await self._send_snapshot({"stream": "fleet", "nodes": entries})
+
+    async def _subscribe_node(self, node_id: int) -> None:
+        if not self.view.holds_node(node_id) and len(self.view.node_ids()) >= MAX_NODE_STREAMS:
+            raise BadMessage("too_many_nodes", f"At most {MAX_NODE_STREAMS} node streams at once; unsubscribe one.")
+        await self.channel_layer.group_add(node_group(node_id), self.channel_name)
+        state = await database_sync_to_async(streams.node_snapshot)(node_id)
+        if state is None:
+            await self.channel_layer.group_discard(node_group(node_id), self.channel_name)
+            raise BadMessage("unknown_node", f"There is no node with id {node_id}.")
+        await watchers.watch(self.channel_name, [node_id])
+        async with self._send_lock:
+            self.view.reset_node(node_id, state)
+            await self._send_snapshot({"stream": "node", "node": node_id, "state": state})
+
+    async def _unsubscribe(self, node_id: int | None) -> None:
+        if node_id is None:
+            await self.channel_layer.group_discard(FLEET_GROUP, self.channel_name)
+            self.view.drop_fleet()
+            reply = {"type": "unsubscribed", "stream": "fleet"}
+        else:
+            await self.channel_layer.group_discard(node_group(node_id), self.channel_name)
+            await watchers.unwatch(self.channel_name, [node_id])
+            self.view.drop_node(node_id)
+            reply = {"type": "unsubscribed", "stream": "node", "node": node_id}
+        async with self._send_lock:
+            await self._send_json(reply)
+
+    async def _reply_error(self, reason: str, message: str) -> None:
+        stats.rejected[reason] += 1
+        async with self._send_lock:
+            await self._send_json({"type": "error", "reason": reason, "message": message})
+
+    # Updates from the channel layer --------------------------------------------------------------
+
+    async def telemetry_fleet(self, event: dict[str, Any]) -> None:
+        for entry in event["nodes"]:
+            self.view.offer_fleet(entry["node"], streams.fleet_fragment(entry))
+        self._owe_update()
+
+    async def telemetry_node(self, event: dict[str, Any]) -> None:
+        self.view.offer_node(event["node"], streams.node_fragment(event))
+        self._owe_update()
+
+    async def node_state(self, event: dict[str, Any]) -> None:
+        self.view.offer_fleet(event["node"], event["state"])
+        self.view.offer_node(event["node"], event["state"])
+        self._owe_update()
+
+    async def failure_update(self, event: dict[str, Any]) -> None:
+        failure = event["failure"]
+        self.view.offer_node(event["node"], {"failures": {str(failure["id"]): failure}, **event["state"]})
+        self._owe_update()
+
+    def _owe_update(self) -> None:
+        if self.view.pending and not self._closing and (self._pusher is None or self._pusher.done()):
+            self._pusher = asyncio.create_task(self._push())
+
+    async def _push(self) -> None:
+        """Send what the client is owed, one delta at most every UPDATE_INTERVAL_S."""
+        loop = asyncio.get_running_loop()
+        try:
+            while self.view.pending and not self._closing:
+                due = max(self._pushed_at + UPDATE_INTERVAL_S, loop.time() + COALESCE_S)
+                await asyncio.sleep(due - loop.time())
+                async with self._send_lock:
+                    if loop.time() < self._pushed_at + UPDATE_INTERVAL_S:
+                        continue  # a snapshot went out meanwhile: wait a second from it
+                    delta = self.view.take_delta()
+                    if delta:
+                        await self._send_json({"type": "delta", **delta})
+                        self._pushed_at = loop.time()
+                        stats.deltas += 1
+        except Exception as exc:  # the socket went away mid-send; disconnect() follows
+            log.debug("Live stream push stopped: %s", exc)
+
+    # Sending -------------------------------------------------------------------------------------
+
+    async def _send_snapshot(self, body: Tree) -> None:
+        """Called holding the send lock. A snapshot counts as the second's message: the next delta
+        follows it by UPDATE_INTERVAL_S at least."""
+        await self._send_json({"type": "snapshot", **body})
+        self._pushed_at = asyncio.get_running_loop().time()
+        stats.snapshots += 1
+
+    async def _send_json(self, message: Tree) -> None:
+        await self.send(text_data=msgspec.json.encode(message).decode())

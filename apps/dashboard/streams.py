@@ -1,0 +1,123 @@
+"""The two live streams' contents: what a snapshot holds (read from the database in a fixed number of
+queries, whatever the fleet's size) and how each published event becomes a fragment of it.
+
+Fleet entry (one per node): ``hostname, lifecycle, liveness, alarms, severity`` and, once the node
+has reported, ``ts, gpus, util_gpu_mean, power_w_total, temp_c_max`` (as apps/telemetry/live.py
+summarises a sample). Node state: ``hostname, lifecycle, liveness, alarms, severity, ts``,
+``gpus`` (by index: apps/telemetry/live.py's LIVE_GPU_FIELDS) and ``failures`` (by id, as the REST
+API's failure serializer writes them: the node's active failures, then every change published).
+
+``alarms`` counts the node's open or acknowledged failures that are not side effects of another
+(what the failures feed shows); ``severity`` is the worst of them, or null.
+
+Floats are rounded to one decimal (``ts`` to the millisecond) before they are compared or sent:
+a dashboard shows no more, and a wattage that moved by 0.01 W is not worth a byte to anyone.
+"""
+
+from collections import defaultdict
+from typing import Any
+
+from django.db.models import Avg, Count, Max, Sum
+
+from apps.dashboard.deltas import Tree
+from apps.failures.api.serializers import FailureSerializer
+from apps.failures.choices import most_severe
+from apps.failures.models import IS_ALARM, Failure
+from apps.inventory.models import Node
+from apps.telemetry.live import LIVE_GPU_FIELDS
+from apps.telemetry.models import LatestGpuSample
+
+FLEET_TELEMETRY_FIELDS = ("ts", "gpus", "util_gpu_mean", "power_w_total", "temp_c_max")
+NODE_FIELDS = ("hostname", "lifecycle", "liveness")
+
+
+def rounded(value: Any) -> Any:
+    return round(value, 1) if isinstance(value, float) else value
+
+
+def rounded_ts(ts: float | None) -> float | None:
+    return None if ts is None else round(ts, 3)
+
+
+def alarm_summary(severities: list[str]) -> Tree:
+    return {"alarms": len(severities), "severity": most_severe(*severities).value if severities else None}
+
+
+# From published events ------------------------------------------------------------------------
+
+
+def fleet_fragment(entry: dict[str, Any]) -> Tree:
+    """A ``telemetry.fleet`` entry (apps/telemetry/live.py fleet_entry) as a fleet entry fragment."""
+    return {field: rounded(entry[field]) for field in FLEET_TELEMETRY_FIELDS} | {"ts": rounded_ts(entry["ts"])}
+
+
+def node_fragment(update: dict[str, Any]) -> Tree:
+    """A ``telemetry.node`` message (apps/telemetry/live.py node_update) as a node state fragment."""
+    gpus = {str(gpu["index"]): {field: rounded(gpu[field]) for field in LIVE_GPU_FIELDS} for gpu in update["gpus"]}
+    return {"ts": rounded_ts(update["ts"]), "gpus": gpus}
+
+
+def failure_payload(failure: Failure) -> Tree:
+    """A failure as the REST API shows it (``failure`` from ``Failure.objects.with_related()``)."""
+    return dict(FailureSerializer(failure).data)
+
+
+# Snapshots (sync: consumers call them through database_sync_to_async) ----------------------------
+
+
+def fleet_snapshot() -> Tree:
+    """Every node's fleet entry, by node id: three queries."""
+    alarms: dict[int, list[str]] = defaultdict(list)
+    for node_id, severity in Failure.objects.filter(IS_ALARM).values_list("node_id", "severity"):
+        alarms[node_id].append(severity)
+    telemetry = {
+        row.pop("node_id"): row
+        for row in LatestGpuSample.objects.values("node_id").annotate(
+            newest=Max("ts"),
+            gpus=Count("gpu_index"),
+            util_gpu_mean=Avg("util_gpu"),
+            power_w_total=Sum("power_w"),
+            temp_c_max=Max("temp_c"),
+        )
+    }
+    entries: Tree = {}
+    for node in Node.objects.values("id", *NODE_FIELDS):
+        entry = {field: node[field] for field in NODE_FIELDS} | alarm_summary(alarms[node["id"]])
+        if sample := telemetry.get(node["id"]):
+            newest = sample.pop("newest")
+            entry |= {field: rounded(value) for field, value in sample.items()}
+            entry["ts"] = rounded_ts(newest.timestamp())
+        entries[str(node["id"])] = entry
+    return entries
+
+
+def node_snapshot(node_id: int) -> Tree | None:
+    """One node's state (None: no such node): three queries."""
+    node = Node.objects.filter(pk=node_id).values(*NODE_FIELDS).first()
+    if node is None:
+        return None
+    failures = list(Failure.objects.with_related().active().filter(node_id=node_id).order_by("id"))
+    state: Tree = dict(node) | alarm_summary([f.severity for f in failures if not f.is_side_effect])
+    samples = list(LatestGpuSample.objects.filter(node_id=node_id).values("gpu_index", "ts", *LIVE_GPU_FIELDS))
+    if samples:
+        state["ts"] = rounded_ts(max(sample.pop("ts") for sample in samples).timestamp())
+    state["gpus"] = {str(s.pop("gpu_index")): {field: rounded(value) for field, value in s.items()} for s in samples}
+    state["failures"] = {str(f.pk): failure_payload(f) for f in failures}
+    return state
+
+
+def node_state(node_id: int) -> Tree | None:
+    """``hostname``, ``lifecycle`` and ``liveness`` of one node (None: gone): one query. The hostname
+    rides along so that a node enrolled after a fleet snapshot arrives in the fleet with its name."""
+    return Node.objects.filter(pk=node_id).values(*NODE_FIELDS).first()
+
+
+def node_alarms(node_id: int) -> Tree:
+    """``alarms`` and ``severity`` of one node: one query."""
+    return alarm_summary(list(Failure.objects.filter(IS_ALARM, node_id=node_id).values_list("severity", flat=True)))
+
+
+def failure_update(failure_id: int) -> tuple[int, Tree] | None:
+    """A failure's node and payload as they are now (None: gone): one query."""
+    failure = Failure.objects.with_related().filter(pk=failure_id).first()
+    return None if failure is None else (failure.node_id, failure_payload(failure))

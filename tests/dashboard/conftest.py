@@ -1,0 +1,137 @@
+"""A real ASGI server (uvicorn, in a thread of the test process, so it sees the test database) and the
+real Redis channel layer under a prefix of its own, and browsers that sign in with a session cookie."""
+
+import asyncio
+import json
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from typing import Any
+
+import pytest
+import uvicorn
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.db import connections
+from django.test import Client
+from websockets.sync.client import ClientConnection, connect
+
+from apps.accounts.models import User
+from apps.dashboard import publish
+from controlplane import demo
+
+LIVE_REDIS_URL = os.environ.get("LIVE_TEST_REDIS_URL", "redis://127.0.0.1:6379/7")
+
+needs_redis = pytest.mark.skipif(not demo.redis_answers(LIVE_REDIS_URL), reason=f"needs Redis at {LIVE_REDIS_URL}")
+
+
+@pytest.fixture
+def redis_channel_layer(settings) -> Iterator[Any]:
+    """The channels_redis layer on its own Redis database and a prefix unique to the test; emptied after."""
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [LIVE_REDIS_URL], "prefix": f"test-live-{uuid.uuid4().hex[:12]}"},
+        }
+    }
+    layer = get_channel_layer()
+    yield layer
+    async_to_sync(layer.flush)()
+
+
+@pytest.fixture(autouse=True)
+def _forget_published(monkeypatch) -> None:
+    """publish.py drops a payload it already sent; ids repeat from one test to the next."""
+    monkeypatch.setattr(publish, "_last_sent", publish._LastSent())
+
+
+class LiveServer:
+    def __init__(self) -> None:
+        self.port = demo.free_loopback_port()
+        self.origin = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(
+            "controlplane.asgi:application", host="127.0.0.1", port=self.port, lifespan="off", log_level="warning"
+        )
+        self._server = uvicorn.Server(config)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=asyncio.run, args=(self._serve(),), daemon=True, name="live-server")
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        await self._server.serve()
+
+    def start(self) -> None:
+        self._thread.start()
+        for _ in range(200):
+            if self._server.started:
+                return
+            self._thread.join(0.025)
+        raise RuntimeError("uvicorn did not start within 5 s")
+
+    def stop(self) -> None:
+        # The consumers' database work runs on asgiref's one thread for thread-sensitive calls, whose
+        # connections outlive the server; close them from there (PostgreSQL cannot drop a test
+        # database that a connection still uses).
+        close = asyncio.run_coroutine_threadsafe(database_sync_to_async(connections.close_all)(), self._loop)
+        close.result(timeout=10)
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+    def url(self, path: str) -> str:
+        return f"ws://127.0.0.1:{self.port}{path}"
+
+
+@pytest.fixture
+def asgi_server(transactional_db, redis_channel_layer) -> Iterator[LiveServer]:
+    server = LiveServer()
+    server.start()
+    yield server
+    server.stop()
+
+
+def session_cookie(user: User) -> str:
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
+class Browser:
+    """A signed-in page's WebSocket to ``ws/live``, with JSON in and out."""
+
+    def __init__(self, socket: ClientConnection) -> None:
+        self.socket = socket
+
+    def send(self, message: object) -> None:
+        self.socket.send(message if isinstance(message, str | bytes) else json.dumps(message))
+
+    def receive(self, timeout: float = 5.0) -> dict[str, Any]:
+        return json.loads(self.socket.recv(timeout=timeout))
+
+    def request(self, message: object) -> dict[str, Any]:
+        self.send(message)
+        return self.receive()
+
+
+@pytest.fixture
+def open_browser(asgi_server: LiveServer) -> Iterator[Callable[..., Browser]]:
+    """``open_browser(user=None, origin=None)``: a connected page; no user: not signed in."""
+    with ExitStack() as opened:
+
+        def open_(user: User | None = None, *, origin: str | None = None) -> Browser:
+            headers = {"Cookie": f"sessionid={session_cookie(user)}"} if user else {}
+            url, origin = asgi_server.url("/ws/live"), origin or asgi_server.origin
+            return Browser(opened.enter_context(connect(url, origin=origin, additional_headers=headers)))
+
+        yield open_
+
+
+@pytest.fixture
+def viewer(transactional_db) -> User:
+    return User.objects.create_user("vera", password="unused-password-1", role="viewer")
+
+
+def group_send(group: str, message: dict[str, Any]) -> None:
+    async_to_sync(get_channel_layer().group_send)(group, message)
