@@ -129,7 +129,13 @@ REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("CHANNEL_LAYER_PREFIX", "controlplane")},
+        "CONFIG": {
+            "hosts": [REDIS_URL],
+            "prefix": env_str("CHANNEL_LAYER_PREFIX", "controlplane"),
+            # channels_redis drops messages past a channel's capacity (default 100): one server
+            # process holds a thousand agent sockets and the browsers' streams.
+            "capacity": 1000,
+        },
     }
 }
 
