@@ -120,10 +120,17 @@ WHITENOISE_USE_FINDERS = DEBUG
 
 # Redis: channel layer and Celery broker. The demo starts a local one when none is configured.
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+# No socket timeout on the channel layer's connections: redis-py 8 defaults it to 5 s, the length of
+# channels_redis's blocking BZPOPMIN, so every idle consumer died with "Timeout reading" every ~5 s;
+# and with any timeout redis-py sends through asyncio.wait_for, which on Python 3.11 can swallow the
+# cancellation of a closing consumer, leaving it looping forever. Keepalive finds a dead Redis instead.
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("CHANNEL_LAYER_PREFIX", "controlplane")},
+        "CONFIG": {
+            "hosts": [{"address": REDIS_URL, "socket_timeout": None, "socket_keepalive": True}],
+            "prefix": env_str("CHANNEL_LAYER_PREFIX", "controlplane"),
+        },
     }
 }
 
