@@ -4,6 +4,7 @@ Defaults are safe for production: DEBUG off, secure cookies when served over HTT
 key unless one is given. The one-command demo (``make demo``) supplies its own development values.
 """
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -42,6 +43,7 @@ INSTALLED_APPS = [
     "apps.accounts",
     "apps.inventory",
     "apps.costs",
+    "apps.gateway",
 ]
 
 MIDDLEWARE = [
@@ -146,6 +148,26 @@ CELERY_TASK_TIME_LIMIT = 360
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = TIME_ZONE
 
+# Node agents (apps/gateway). A silent node is marked unreachable within AGENT_UNREACHABLE_AFTER_S
+# by a sweep every AGENT_LIVENESS_SWEEP_S (apps/gateway/liveness.py explains the arithmetic).
+AGENT_ENROLLMENT_TOKEN_TTL = timedelta(hours=env_int("AGENT_ENROLLMENT_TOKEN_TTL_H", 24, minimum=1))
+AGENT_TELEMETRY_INTERVAL_S = env_int("AGENT_TELEMETRY_INTERVAL_S", 1, minimum=1)
+AGENT_WS_URL = env_str("AGENT_WS_URL", "")  # what enrollment tells agents; default: this server's /ws/agent
+AGENT_UNREACHABLE_AFTER_S = env_int("AGENT_UNREACHABLE_AFTER_S", 15, minimum=5)
+AGENT_LIVENESS_SWEEP_S = env_int("AGENT_LIVENESS_SWEEP_S", 5, minimum=1)
+if AGENT_UNREACHABLE_AFTER_S - AGENT_LIVENESS_SWEEP_S < 4:
+    raise ImproperlyConfigured("AGENT_UNREACHABLE_AFTER_S must exceed AGENT_LIVENESS_SWEEP_S by at least 4 s.")
+
+# The liveness sweep has its own queue so that a backlog of slow work never delays it.
+CELERY_TASK_ROUTES = {"apps.gateway.tasks.*": {"queue": "gateway"}}
+CELERY_BEAT_SCHEDULE = {
+    "gateway-sweep-liveness": {
+        "task": "apps.gateway.tasks.sweep_liveness",
+        "schedule": AGENT_LIVENESS_SWEEP_S,
+        "options": {"expires": AGENT_LIVENESS_SWEEP_S},
+    },
+}
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "apps.accounts.authentication.ApiTokenAuthentication",
@@ -186,6 +208,8 @@ SPECTACULAR_SETTINGS = {
         "FabricKindEnum": "apps.inventory.choices.FabricKind",
         "LinkStateEnum": "apps.inventory.choices.LinkState",
         "RoleEnum": "apps.accounts.roles.Role",
+        "EnrollmentTokenStateEnum": "apps.gateway.choices.EnrollmentTokenState",
+        "GatewayErrorCodeEnum": "apps.gateway.choices.CounterCode",
     },
 }
 

@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 api_v1 = [
     path("", include("apps.accounts.api.urls")),
     path("", include("apps.inventory.api.urls")),
+    path("", include("apps.gateway.api.urls")),
 ]
 
 urlpatterns = [
