@@ -210,6 +210,7 @@ class Error(Message, tag="error"):
     code: ErrorCode
     message: Annotated[str, msgspec.Meta(max_length=2000)]
     seq: int | None = None  # the frame's seq when it had one, so the agent knows what was refused
+    stream: Literal["telemetry", "events"] | None = None  # which stream that seq belongs to
 
 
 ServerMessage = Welcome | Ack | Error

@@ -16,7 +16,7 @@ node; 4409 a newer connection of the same node took over; 4426 unsupported proto
 
 import logging
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import msgspec
 from channels.db import database_sync_to_async
@@ -41,20 +41,36 @@ CLOSE_FORBIDDEN: Final = 4403
 CLOSE_SUPERSEDED: Final = 4409
 CLOSE_PROTOCOL_VERSION: Final = 4426
 
+Stream = Literal["telemetry", "events"]
+
+
+_STREAMS: Final[dict[str | None, Stream]] = {"telemetry": "telemetry", "events": "events"}
+
 
 class _FrameSeq(msgspec.Struct):
-    seq: int | None = None
+    type: Any = None
+    seq: Any = None
 
 
 _frame_seq_decoder = msgspec.json.Decoder(_FrameSeq)
 
 
-def frame_seq(frame: bytes) -> int | None:
-    """The seq of a frame that failed validation, if it has a readable one, for the Error reply."""
+def frame_seq(frame: bytes) -> tuple[int | None, Stream | None]:
+    """The seq and stream of a frame that failed validation, as far as they are readable, for the Error reply."""
     try:
-        return _frame_seq_decoder.decode(frame).seq
+        peeked = _frame_seq_decoder.decode(frame)
     except msgspec.DecodeError:
-        return None
+        return None, None
+    seq = peeked.seq if type(peeked.seq) is int else None  # not a bool, a string or a float
+    return seq, _STREAMS.get(peeked.type) if isinstance(peeked.type, str) else None
+
+
+def message_seq(message: protocol.AgentMessage) -> tuple[int | None, Stream | None]:
+    if isinstance(message, protocol.Telemetry):
+        return message.seq, "telemetry"
+    if isinstance(message, protocol.Events):
+        return message.seq, "events"
+    return None, None
 
 
 def _header(scope: dict[str, Any], name: bytes) -> str:
@@ -123,18 +139,18 @@ class AgentConsumer(AsyncWebsocketConsumer):
         try:
             message = protocol.decode_agent_message(frame)
         except protocol.ProtocolError as exc:
-            await self._reply_error(exc.code, exc.message, frame_seq(frame))
+            await self._reply_error(exc.code, exc.message, *frame_seq(frame))
             return
-        seq = getattr(message, "seq", None)
+        refused = message_seq(message)
         try:
             await self._handle(message)
         except protocol.ProtocolError as exc:
-            await self._reply_error(exc.code, exc.message, seq)
+            await self._reply_error(exc.code, exc.message, *refused)
         except sinks.NotReady as exc:
-            await self._reply_error("not_ready", str(exc), seq)
+            await self._reply_error("not_ready", str(exc), *refused)
         except Exception:  # one message failing to store must not take the node's connection down
             logger.exception("Failed to handle %s from %s", type(message).__name__, self.node.hostname)
-            await self._reply_error("internal", "The server failed to handle this message; it is logged.", seq)
+            await self._reply_error("internal", "The server failed to handle this message; it is logged.", *refused)
 
     async def _handle(self, message: protocol.AgentMessage) -> None:
         if not self.said_hello and not isinstance(message, protocol.Hello):
@@ -212,9 +228,11 @@ class AgentConsumer(AsyncWebsocketConsumer):
         await self._reply_error("forbidden", "This credential was revoked; enroll the node again.")
         await self._close(CLOSE_UNAUTHORIZED, "Credential revoked.")
 
-    async def _reply_error(self, code: protocol.ErrorCode, message: str, seq: int | None = None) -> None:
+    async def _reply_error(
+        self, code: protocol.ErrorCode, message: str, seq: int | None = None, stream: Stream | None = None
+    ) -> None:
         bookkeeper().count_error(self.node.pk, code, message)
-        await self._send(protocol.Error(code=code, message=message[:2000], seq=seq))
+        await self._send(protocol.Error(code=code, message=message[:2000], seq=seq, stream=stream))
 
     async def _send(self, message: protocol.Message) -> None:
         await self.send(text_data=protocol.encode(message).decode())

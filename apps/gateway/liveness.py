@@ -44,6 +44,8 @@ def record_heard(node_ids: Iterable[int], now: datetime) -> list[Node]:
             returned.append(node)
             if previous == Liveness.UNREACHABLE:
                 sinks.node_recovered(node)
+            else:
+                sinks.publish_liveness(node)  # seen for the first time: nothing recovered
     return returned
 
 

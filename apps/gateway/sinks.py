@@ -1,5 +1,5 @@
 """What the gateway hands to other apps: telemetry and events to ``apps.telemetry``, liveness changes
-to whatever raises failures.
+to ``apps.failures`` (which raises and resolves liveness failures) and ``apps.dashboard`` (browsers).
 
 These functions are the only place the gateway touches those apps, and they import them when
 called, so the gateway runs without them and says so honestly: telemetry is refused with
@@ -16,6 +16,8 @@ from apps.inventory.models import Node
 
 logger = logging.getLogger(__name__)
 TELEMETRY_APP = "apps.telemetry"
+FAILURES_APP = "apps.failures"
+DASHBOARD_APP = "apps.dashboard"
 
 
 class NotReady(Exception):
@@ -54,15 +56,33 @@ def stored_cursors(node_id: int) -> tuple[int, int]:
 
 
 def node_unreachable(node: Node) -> None:
-    """A node fell silent. The failures app raises a liveness failure here; until then, the audit log."""
+    """A node fell silent: audited, a liveness failure raised (apps.failures), browsers told (apps.dashboard)."""
     logger.warning("%s is unreachable (last seen %s)", node.hostname, node.last_seen_at)
     record("node.unreachable", actor="system:liveness", obj=node, last_seen_at=_iso(node))
+    if django_apps.is_installed(FAILURES_APP):
+        from apps.failures.events import node_unreachable as raise_liveness_failure
+
+        raise_liveness_failure(node.pk)
+    publish_liveness(node)
 
 
 def node_recovered(node: Node) -> None:
-    """An unreachable node's agent is back. The failures app resolves the liveness failure here."""
+    """An unreachable node's agent is back: audited, its liveness failures resolved, browsers told."""
     logger.info("%s is reachable again", node.hostname)
     record("node.recovered", actor="system:liveness", obj=node, last_seen_at=_iso(node))
+    if django_apps.is_installed(FAILURES_APP):
+        from apps.failures.events import node_recovered as resolve_liveness_failures
+
+        resolve_liveness_failures(node.pk)
+    publish_liveness(node)
+
+
+def publish_liveness(node: Node) -> None:
+    """Browsers watching the fleet or the node see its new liveness (apps.dashboard)."""
+    if django_apps.is_installed(DASHBOARD_APP):
+        from apps.dashboard.publish import publish_node_state
+
+        publish_node_state(node)
 
 
 def _iso(node: Node) -> str | None:

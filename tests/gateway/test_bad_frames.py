@@ -21,25 +21,31 @@ def with_temperature(seq: int, literal: str) -> str:
     return telemetry_json(seq, temp_c="TEMPERATURE").replace('"TEMPERATURE"', literal)
 
 
-BAD_FRAMES = {
-    "malformed JSON": ("{not json", "malformed", None),
-    "binary frame": (b'{"type": "heartbeat", "ts": 1760000000}', "malformed", None),
-    "unknown type": ('{"type": "reboot", "seq": 4}', "unknown_type", 4),
-    "oversize": (telemetry_json(10, util_gpu=1.0)[:-3] + " " * protocol.MAX_FRAME_BYTES + "}]}", "oversize", 10),
-    "NaN": (with_temperature(11, "NaN"), "malformed", None),
-    "Infinity": (with_temperature(12, "Infinity"), "malformed", None),
-    "overflow to infinity": (with_temperature(13, "1e999"), "invalid", 13),
-    "out of range": (telemetry_json(14, temp_c=900.0), "invalid", 14),
-    "negative counter": (telemetry_json(15, pcie_replay_count=-1), "invalid", 15),
-    "unknown field": (telemetry_json(16, fan_rpm=3000), "invalid", 16),
-    "wrong type": ('{"type": "telemetry", "seq": "seventeen", "samples": []}', "invalid", None),
-    "array": ('[{"type": "heartbeat"}]', "invalid", None),
-    "empty": ("", "malformed", None),
+BAD_FRAMES = {  # frame, error code, seq and stream named in the reply
+    "malformed JSON": ("{not json", "malformed", None, None),
+    "binary frame": (b'{"type": "heartbeat", "ts": 1760000000}', "malformed", None, None),
+    "unknown type": ('{"type": "reboot", "seq": 4}', "unknown_type", 4, None),
+    "oversize": (
+        telemetry_json(10, util_gpu=1.0)[:-3] + " " * protocol.MAX_FRAME_BYTES + "}]}",
+        "oversize",
+        10,
+        "telemetry",
+    ),
+    "NaN": (with_temperature(11, "NaN"), "malformed", None, None),
+    "Infinity": (with_temperature(12, "Infinity"), "malformed", None, None),
+    "overflow to infinity": (with_temperature(13, "1e999"), "invalid", 13, "telemetry"),
+    "out of range": (telemetry_json(14, temp_c=900.0), "invalid", 14, "telemetry"),
+    "negative counter": (telemetry_json(15, pcie_replay_count=-1), "invalid", 15, "telemetry"),
+    "unknown field": (telemetry_json(16, fan_rpm=3000), "invalid", 16, "telemetry"),
+    "empty events": ('{"type": "events", "seq": 17, "events": []}', "invalid", 17, "events"),
+    "wrong type": ('{"type": "telemetry", "seq": "eighteen", "samples": []}', "invalid", None, "telemetry"),
+    "array": ('[{"type": "heartbeat"}]', "invalid", None, None),
+    "empty": ("", "malformed", None, None),
 }
 
 
-@pytest.mark.parametrize(("frame", "code", "seq"), BAD_FRAMES.values(), ids=BAD_FRAMES.keys())
-async def test_it_answers_a_bad_frame_with_an_error_and_carries_on(connect_agent, recorder, frame, code, seq):
+@pytest.mark.parametrize(("frame", "code", "seq", "stream"), BAD_FRAMES.values(), ids=BAD_FRAMES.keys())
+async def test_it_answers_a_bad_frame_with_an_error_and_carries_on(connect_agent, recorder, frame, code, seq, stream):
     node, credential = await in_db(enrolled_node)()
     agent = await connect_agent(credential, node.hostname)
     await agent.hello()
@@ -48,7 +54,7 @@ async def test_it_answers_a_bad_frame_with_an_error_and_carries_on(connect_agent
 
     reply = await agent.receive()
     assert isinstance(reply, protocol.Error), reply
-    assert (reply.code, reply.seq) == (code, seq), reply.message
+    assert (reply.code, reply.seq, reply.stream) == (code, seq, stream), reply.message
     assert (await agent.roundtrip()).seq == 1
     counter = await eventually(lambda: GatewayCounter.objects.filter(node=node, code=code).first())
     assert (counter.count, counter.last_message) == (1, reply.message[:500])
@@ -74,7 +80,7 @@ async def test_it_requires_hello_first_and_then_only_once(connect_agent, recorde
     welcome = await agent.hello()
     again = await agent.hello()
 
-    assert (before_hello.code, before_hello.seq) == ("invalid", 8)
+    assert (before_hello.code, before_hello.seq, before_hello.stream) == ("invalid", 8, "telemetry")
     assert before_hello.message == "Send hello first; 'telemetry' came before it."
     assert isinstance(welcome, protocol.Welcome)
     assert (again.code, again.message) == ("invalid", "Hello was already received on this connection.")
@@ -114,6 +120,6 @@ async def test_it_answers_an_error_it_did_not_foresee_and_keeps_the_socket(conne
     await agent.send(protocol.Events(seq=4, events=[protocol.GpuEvent(ts=NOW, kind="xid", xid=48)]))
 
     reply = await agent.receive()
-    assert (reply.code, reply.seq) == ("internal", 4)
+    assert (reply.code, reply.seq, reply.stream) == ("internal", 4, "events")
     assert "disk full" not in reply.message  # internals stay in the server's log
     assert (await agent.roundtrip()).seq == 1

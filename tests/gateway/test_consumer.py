@@ -166,7 +166,7 @@ async def test_it_refuses_telemetry_honestly_while_telemetry_storage_is_not_inst
     await agent.send(agent.telemetry(seq=9))
 
     reply = await agent.receive()
-    assert (reply.code, reply.seq) == ("not_ready", 9)
+    assert (reply.code, reply.seq, reply.stream) == ("not_ready", 9, "telemetry")
     assert "not installed" in reply.message
 
 
