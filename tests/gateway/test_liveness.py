@@ -85,7 +85,9 @@ def test_it_writes_the_changes_to_the_audit_log(fleet):
     liveness.mark_unreachable(T0 + timedelta(seconds=30))
     liveness.record_heard([fleet["quiet"].pk], T0 + timedelta(seconds=40))
 
-    entries = AuditLogEntry.objects.filter(object_id=str(fleet["quiet"].pk)).order_by("id")
+    entries = AuditLogEntry.objects.filter(object_type="inventory.node", object_id=str(fleet["quiet"].pk)).order_by(
+        "id"
+    )
     assert [(e.action, e.actor) for e in entries] == [
         ("node.unreachable", "system:liveness"),
         ("node.recovered", "system:liveness"),
@@ -94,6 +96,7 @@ def test_it_writes_the_changes_to_the_audit_log(fleet):
 
 def test_the_beat_task_sweeps_on_the_gateway_queue(fleet, hooks):
     Node.objects.filter(hostname="quiet").update(last_seen_at=timezone.now() - timedelta(minutes=1))
+    Node.objects.filter(hostname="chatty").update(last_seen_at=timezone.now())
 
     result = sweep_liveness.apply()
 
@@ -120,5 +123,6 @@ async def test_it_waits_for_the_timeout_after_a_disconnect_and_recovers_on_recon
     again = await connect_agent(credential, node.hostname)
     await again.hello()
     assert await in_db(liveness_of)(node.hostname) == Liveness.ONLINE
-    actions = await in_db(lambda: list(AuditLogEntry.objects.order_by("id").values_list("action", flat=True)))()
+    node_log = AuditLogEntry.objects.filter(object_type="inventory.node").order_by("id")
+    actions = await in_db(lambda: list(node_log.values_list("action", flat=True)))()
     assert actions == ["node.unreachable", "node.recovered"]
