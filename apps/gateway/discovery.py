@@ -258,6 +258,6 @@ def _apply_nvlinks(node: Node, reported: Sequence[protocol.GpuInfo]) -> None:
         bandwidth = round(per_gpu_gbs * count / max(links_per_gpu[i], links_per_gpu[j], 1))
         state = LinkState.ACTIVE if all(states) else LinkState.DOWN
         a, b = rows[i], rows[j]
-        link = NvLink.objects.filter(Q(gpu_a=a, gpu_b=b) | Q(gpu_a=b, gpu_b=a)).first() or NvLink(gpu_a=a, gpu_b=b)
-        link.lanes, link.bandwidth_gbs, link.link_state = count, bandwidth, state
-        link.save()
+        nvlink = NvLink.objects.filter(Q(gpu_a=a, gpu_b=b) | Q(gpu_a=b, gpu_b=a)).first() or NvLink(gpu_a=a, gpu_b=b)
+        nvlink.lanes, nvlink.bandwidth_gbs, nvlink.link_state = count, bandwidth, state
+        nvlink.save()
