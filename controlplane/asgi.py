@@ -1,7 +1,11 @@
 """ASGI entry point: Django for HTTP, Channels for WebSockets.
 
-WebSocket routes are wrapped in the origin check and the session authentication; each consumer
-refuses unauthenticated or unauthorised clients on connect and checks again on every message.
+Browser WebSocket routes are wrapped in the origin check and the session authentication; each
+consumer refuses unauthenticated or unauthorised clients on connect and checks again on every
+message. Node agents' routes are not: an agent sends no Origin header, which the origin check
+refuses unless ALLOWED_HOSTS is "*", and it does not use cookies, which are what the origin check
+protects. The agent consumer authenticates the node credential in the Authorization header
+itself, which a browser cannot set on a WebSocket.
 """
 
 import os
@@ -14,12 +18,15 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set up first)
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.urls import re_path  # noqa: E402
 
-from controlplane.routing import websocket_urlpatterns  # noqa: E402
+from controlplane.routing import agent_websocket_urlpatterns, websocket_urlpatterns  # noqa: E402
+
+browser_websockets = AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": URLRouter([*agent_websocket_urlpatterns, re_path(r"", browser_websockets)]),
     }
 )

@@ -4,6 +4,7 @@ Defaults are safe for production: DEBUG off, secure cookies when served over HTT
 key unless one is given. The one-command demo (``make demo``) supplies its own development values.
 """
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -48,6 +49,7 @@ INSTALLED_APPS = [
     "apps.failures",
     "apps.telemetry",
     "apps.dashboard",
+    "apps.gateway",
 ]
 
 MIDDLEWARE = [
@@ -126,11 +128,15 @@ SERVESTATIC_USE_FINDERS = DEBUG
 
 # Redis: channel layer and Celery broker. The demo starts a local one when none is configured.
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+# No socket timeout on the channel layer's connections: redis-py 8 defaults it to 5 s, the length of
+# channels_redis's blocking BZPOPMIN, so every idle consumer died with "Timeout reading" every ~5 s;
+# and with any timeout redis-py sends through asyncio.wait_for, which on Python 3.11 can swallow the
+# cancellation of a closing consumer, leaving it looping forever. Keepalive finds a dead Redis instead.
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         "CONFIG": {
-            "hosts": [REDIS_URL],
+            "hosts": [{"address": REDIS_URL, "socket_timeout": None, "socket_keepalive": True}],
             "prefix": env_str("CHANNEL_LAYER_PREFIX", "controlplane"),
             # channels_redis drops messages past a channel's capacity (default 100): one server
             # process holds a thousand agent sockets and the browsers' streams.
@@ -139,6 +145,16 @@ CHANNEL_LAYERS = {
     }
 }
 
+# Node agents (apps/gateway). A silent node is marked unreachable within AGENT_UNREACHABLE_AFTER_S
+# by a sweep every AGENT_LIVENESS_SWEEP_S (apps/gateway/liveness.py explains the arithmetic).
+AGENT_ENROLLMENT_TOKEN_TTL = timedelta(hours=env_int("AGENT_ENROLLMENT_TOKEN_TTL_H", 24, minimum=1))
+AGENT_TELEMETRY_INTERVAL_S = env_int("AGENT_TELEMETRY_INTERVAL_S", 1, minimum=1)
+AGENT_WS_URL = env_str("AGENT_WS_URL", "")  # what enrollment tells agents; default: this server's /ws/agent
+AGENT_UNREACHABLE_AFTER_S = env_int("AGENT_UNREACHABLE_AFTER_S", 15, minimum=5)
+AGENT_LIVENESS_SWEEP_S = env_int("AGENT_LIVENESS_SWEEP_S", 5, minimum=1)
+if AGENT_UNREACHABLE_AFTER_S - AGENT_LIVENESS_SWEEP_S < 4:
+    raise ImproperlyConfigured("AGENT_UNREACHABLE_AFTER_S must exceed AGENT_LIVENESS_SWEEP_S by at least 4 s.")
+
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
@@ -146,12 +162,14 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 # Every queue a task may name. A worker started without -Q consumes all of them; a queue missing here
 # would hold its messages with no worker to read them (tests/test_settings.py checks every task's queue).
 # default: orchestration; maintenance: purges, retention; telemetry: rollups, straggler flags.
-CELERY_TASK_QUEUES = [Queue("default"), Queue("maintenance"), Queue("telemetry")]
+# gateway: the liveness sweep, on its own so that a backlog of slow work never delays it.
+CELERY_TASK_QUEUES = [Queue("default"), Queue("maintenance"), Queue("telemetry"), Queue("gateway")]
 # Each app's tasks go to one queue, so a backlog of rollups never delays an audit purge or a burn-in.
 CELERY_TASK_ROUTES = {
     "apps.accounts.tasks.*": {"queue": "maintenance"},
     "apps.failures.tasks.*": {"queue": "telemetry"},
     "apps.telemetry.tasks.*": {"queue": "telemetry"},
+    "apps.gateway.tasks.*": {"queue": "gateway"},
 }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -161,6 +179,11 @@ CELERY_TASK_TIME_LIMIT = 360
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 # Installed into the database scheduler on beat's start; times are UTC (CELERY_TIMEZONE).
 CELERY_BEAT_SCHEDULE = {
+    "gateway-sweep-liveness": {
+        "task": "apps.gateway.tasks.sweep_liveness",
+        "schedule": AGENT_LIVENESS_SWEEP_S,
+        "options": {"expires": AGENT_LIVENESS_SWEEP_S},
+    },
     "purge-audit-log": {"task": "apps.accounts.tasks.purge_audit_log", "schedule": crontab(hour=3, minute=17)},
     "failures-flag-stragglers": {
         "task": "apps.failures.tasks.flag_stragglers",
@@ -225,6 +248,8 @@ SPECTACULAR_SETTINGS = {
         "FabricKindEnum": "apps.inventory.choices.FabricKind",
         "LinkStateEnum": "apps.inventory.choices.LinkState",
         "RoleEnum": "apps.accounts.roles.Role",
+        "EnrollmentTokenStateEnum": "apps.gateway.choices.EnrollmentTokenState",
+        "GatewayErrorCodeEnum": "apps.gateway.choices.CounterCode",
     },
 }
 

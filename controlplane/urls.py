@@ -10,6 +10,7 @@ api_v1 = [
     path("", include("apps.costs.api.urls")),
     path("", include("apps.failures.api.urls")),
     path("", include("apps.telemetry.api.urls")),
+    path("", include("apps.gateway.api.urls")),
 ]
 
 urlpatterns = [

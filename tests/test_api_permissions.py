@@ -8,7 +8,7 @@ someone decides, in ``REQUIRED_ROLE`` below, who may call it.
 """
 
 from collections.abc import Callable, Iterator
-from datetime import date
+from datetime import date, timedelta
 
 import pytest
 from django.conf import settings
@@ -25,6 +25,7 @@ from apps.accounts.models import ApiToken, User
 from apps.accounts.roles import Role, role_rank
 from apps.failures.events import node_unreachable
 from apps.failures.models import StragglerFlag
+from apps.gateway.models import DiscoveryChange, EnrollmentToken, GatewayCounter, NodeAgent, NodeCredential
 from apps.inventory.models import Cluster, Node, Rack
 from tests import factories
 from tests.shared_data import rolled_back_afterwards
@@ -103,6 +104,16 @@ REQUIRED_ROLE: dict[str, dict[str, str]] = {
     # Telemetry: charts and the Prometheus export (scrapers use a viewer token)
     "/api/v1/nodes/{node_id}/telemetry": {"GET": VIEWER},
     "/metrics": {"GET": VIEWER},
+    # Gateway: enrollment is authenticated by the enrollment token in its body, not by a role
+    "/api/v1/agents/enroll": {"POST": PUBLIC},
+    "/api/v1/enrollment-tokens": {"GET": ADMIN, "POST": ADMIN},
+    "/api/v1/enrollment-tokens/{id}": {"GET": ADMIN},
+    "/api/v1/enrollment-tokens/{id}/revoke": {"POST": ADMIN},
+    **read_only("/api/v1/node-credentials", ADMIN),
+    "/api/v1/node-credentials/{id}/revoke": {"POST": ADMIN},
+    **read_only("/api/v1/agents"),
+    **read_only("/api/v1/discovery-changes"),
+    **read_only("/api/v1/gateway-errors"),
 }
 
 
@@ -177,6 +188,11 @@ def build_world() -> None:
     factories.gpu_price(node_type, valid_from=date(2026, 1, 1))
     factories.energy_price(cluster, valid_from=date(2026, 1, 1))
     failure = node_unreachable(node.pk)
+    EnrollmentToken.issue(hostname=node.hostname, expires_at=timezone.now() + timedelta(hours=1))
+    NodeCredential.issue(node)
+    NodeAgent.objects.create(node=node, agent_version="test")
+    DiscoveryChange.objects.create(node=node, kind="gpu_added", subject="gpu0")
+    GatewayCounter.objects.create(node=node, code="malformed", count=1)
     now = timezone.now()
     StragglerFlag.objects.create(
         node=node,

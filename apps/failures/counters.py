@@ -90,3 +90,34 @@ def _recovery_action_changed(node_id: int, gpu_index: int, action: int, at: date
         recovery_action=action,
     )
     return [raise_failure(observation, actor=TELEMETRY_ACTOR)]
+
+
+def _watched(sample: GpuSample) -> tuple[object, ...]:
+    return (
+        sample.ecc_uncorrected_volatile,
+        sample.remapped_rows_pending,
+        sample.remapped_rows_failed,
+        sample.recovery_action,
+    )
+
+
+class CounterWatch:
+    """Remembers each GPU's last sample, so the ingest can hand every new sample to
+    ``failures_from_sample_deltas`` with the one before it. The comparison that decides whether
+    anything moved is a tuple compare in memory: at 8,000 samples a second the database is only
+    touched for the rare sample whose counters changed."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[int, int], GpuSample] = {}
+
+    def observe(self, node_id: int, samples: list[tuple[datetime, list[GpuSample]]]) -> list[Failure]:
+        """Samples of one node, oldest first, each with its own time."""
+        raised: list[Failure] = []
+        for at, gpus in samples:
+            for gpu in gpus:
+                key = (node_id, gpu.index)
+                prev = self._last.get(key)
+                self._last[key] = gpu
+                if prev is not None and _watched(prev) != _watched(gpu):
+                    raised += failures_from_sample_deltas(node_id, prev, gpu, at=at)
+        return raised

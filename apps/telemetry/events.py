@@ -2,7 +2,7 @@
 
 This is the storage half: the events as received, the node's events cursor, and the last XID of
 each GPU (for /metrics). Turning events into failures with a severity and a recommended action
-belongs to the failures module, which reads ``AgentEvent``.
+belongs to apps.failures, which this hands each new message to.
 """
 
 from datetime import UTC, datetime
@@ -11,6 +11,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from agents.protocol import Events
+from apps.failures.events import record_events as raise_failures
 from apps.telemetry.models import AgentEvent, LatestXid
 from apps.telemetry.storage import advance_cursors, lock_cursors
 
@@ -37,6 +38,7 @@ def record_events(node_id: int, message: Events) -> int:
         ]
         AgentEvent.objects.bulk_create(events)
         _remember_last_xids(node_id, events)
+        raise_failures(node_id, message)  # in this transaction, after the seq check: a replay raises nothing
         advance_cursors(cursor, {node_id: message.seq}, "events_seq", now)
     return message.seq
 

@@ -19,11 +19,13 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from django.conf import settings
 from django.db import close_old_connections, connections
 
 from agents.protocol import Telemetry
+from apps.failures.counters import CounterWatch
 from apps.telemetry import live
 from apps.telemetry.storage import StoredBatch, Submission, write_batch
 
@@ -72,6 +74,7 @@ class Ingestor:
         self.stats = IngestStats()
         self._writer = writer
         self._on_stored = on_stored
+        self._counter_watch = CounterWatch()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="telemetry-writer")
         # Highest seq known committed per node, from this process's own commits: lets a replay of
         # what is already stored be answered without a database round trip. The database cursor,
@@ -187,7 +190,21 @@ class Ingestor:
 
     def _write(self, batch: list[Submission]) -> StoredBatch:
         close_old_connections()  # on the writer thread: drop a connection a failed batch left broken
-        return self._writer(batch, latest_not_before=self._latest_due)
+        stored = self._writer(batch, latest_not_before=self._latest_due)
+        self._watch_counters(stored)
+        return stored
+
+    def _watch_counters(self, stored: StoredBatch) -> None:
+        """Raise the failures counters show (ECC, row remapping, recovery action), from the samples
+        just committed; a replayed duplicate is not in ``stored.stored``, so it raises nothing twice."""
+        try:
+            for submission in stored.stored:
+                samples = sorted(submission.message.samples, key=lambda sample: sample.ts)
+                self._counter_watch.observe(
+                    submission.node_id, [(datetime.fromtimestamp(s.ts, UTC), s.gpus) for s in samples]
+                )
+        except Exception:  # the samples are stored and acknowledged whatever happens here
+            log.exception("Raising failures from telemetry counters failed; the samples themselves are stored.")
 
     def _record(self, stored: StoredBatch) -> None:
         for node_id, seq in stored.cursors.items():

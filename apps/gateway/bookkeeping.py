@@ -1,0 +1,101 @@
+"""What the agent consumers of one server process note as they go, written in one batch a second.
+
+At 1,000 nodes a write per message (or even per node every few seconds) would be hundreds of
+UPDATEs a second. Instead the consumers note in memory which nodes they heard from and which
+protocol errors they answered, and one task per event loop writes all of it once a second and, in
+the same trip, reads back which of the connected credentials were revoked, so that every message
+can be checked against a revocation list at most a second old without a query of its own.
+"""
+
+import asyncio
+import logging
+import weakref
+from collections import Counter
+from collections.abc import Set
+from datetime import datetime
+from typing import Final
+
+from channels.db import database_sync_to_async
+from django.utils import timezone
+
+from apps.gateway import liveness
+from apps.gateway.models import GatewayCounter, NodeCredential
+
+logger = logging.getLogger(__name__)
+
+TICK_S: Final = liveness.LAST_SEEN_RESOLUTION_S
+
+ErrorKey = tuple[int | None, str]  # (node id, or None before a node is known; counter code)
+
+
+class Bookkeeper:
+    def __init__(self) -> None:
+        self._heard: set[int] = set()
+        self._errors: dict[ErrorKey, tuple[int, str]] = {}
+        self._connections: Counter[int] = Counter()  # live connections per credential id
+        self._unusable: frozenset[int] = frozenset()
+        self._task: asyncio.Task[None] | None = None
+
+    def connected(self, credential_id: int) -> None:
+        self._connections[credential_id] += 1
+        self._keep_ticking()
+
+    def disconnected(self, credential_id: int) -> None:
+        self._connections[credential_id] -= 1
+        if self._connections[credential_id] <= 0:
+            del self._connections[credential_id]
+
+    def heard_from(self, node_id: int) -> None:
+        self._heard.add(node_id)
+
+    def count_error(self, node_id: int | None, code: str, message: str) -> None:
+        count, _ = self._errors.get((node_id, code), (0, ""))
+        self._errors[(node_id, code)] = (count + 1, message)
+        self._keep_ticking()
+
+    def is_unusable(self, credential_id: int) -> bool:
+        """True once the credential was revoked (or its node retired), as of the last tick."""
+        return credential_id in self._unusable
+
+    def _keep_ticking(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._tick_while_busy(), name="gateway-bookkeeping")
+
+    async def _tick_while_busy(self) -> None:
+        while self._connections or self._heard or self._errors:
+            await asyncio.sleep(TICK_S)
+            try:
+                await self.flush()
+            except Exception:  # a database hiccup must not stop liveness: keep the notes, try next tick
+                logger.exception("Gateway bookkeeping could not be written; retrying in %.0f s", TICK_S)
+
+    async def flush(self) -> None:
+        heard, self._heard = self._heard, set()
+        errors, self._errors = self._errors, {}
+        try:
+            self._unusable = await database_sync_to_async(_write)(heard, errors, set(self._connections), timezone.now())
+        except BaseException:
+            self._heard |= heard
+            for key, (count, message) in errors.items():
+                newer_count, newer_message = self._errors.get(key, (0, message))
+                self._errors[key] = (count + newer_count, newer_message)
+            raise
+
+
+def _write(
+    heard: Set[int], errors: dict[ErrorKey, tuple[int, str]], credential_ids: Set[int], now: datetime
+) -> frozenset[int]:
+    liveness.record_heard(heard, now)
+    GatewayCounter.add(errors, now)
+    return NodeCredential.objects.unusable_among(credential_ids)
+
+
+_bookkeepers: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Bookkeeper]" = weakref.WeakKeyDictionary()
+
+
+def bookkeeper() -> Bookkeeper:
+    """The running event loop's bookkeeper (one per server process in production)."""
+    loop = asyncio.get_running_loop()
+    if loop not in _bookkeepers:
+        _bookkeepers[loop] = Bookkeeper()
+    return _bookkeepers[loop]

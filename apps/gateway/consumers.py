@@ -1,0 +1,275 @@
+"""The node agent's WebSocket, ``/ws/agent``.
+
+The agent authenticates with its node credential (``Authorization: Bearer cpn_...``) and speaks
+the messages of ``agents.protocol``: Hello first (answered with Welcome and the seqs already
+stored, so a reconnecting agent replays only what is missing), then Inventory, Telemetry (acked
+by seq), Events (acked by seq) and Heartbeats. A credential speaks for its own node only.
+
+Every bad frame gets an Error reply with the protocol's code (and the frame's seq when it had
+one), is counted, and the connection goes on. Database work runs off the event loop; per message
+there is none besides what the message stores: liveness, error counts and revocation checks are
+batched for all connections of the process (bookkeeping.py).
+
+Close codes: 4401 credential missing, invalid or revoked; 4403 the agent claimed to be another
+node; 4409 a newer connection of the same node took over; 4426 unsupported protocol version.
+"""
+
+import logging
+from datetime import datetime
+from typing import Any, Final, Literal
+
+import msgspec
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.utils import timezone
+
+from agents import protocol
+from apps.accounts.audit import record
+from apps.gateway import liveness, sinks
+from apps.gateway.bookkeeping import bookkeeper
+from apps.gateway.choices import CounterCode
+from apps.gateway.discovery import apply_inventory
+from apps.gateway.models import NodeAgent, NodeCredential
+from apps.gateway.push import node_group
+from apps.inventory.models import Node
+
+logger = logging.getLogger(__name__)
+
+CLOSE_UNAUTHORIZED: Final = 4401
+CLOSE_FORBIDDEN: Final = 4403
+CLOSE_SUPERSEDED: Final = 4409
+CLOSE_PROTOCOL_VERSION: Final = 4426
+
+Stream = Literal["telemetry", "events"]
+
+
+_STREAMS: Final[dict[str | None, Stream]] = {"telemetry": "telemetry", "events": "events"}
+
+
+class _FrameSeq(msgspec.Struct):
+    type: Any = None
+    seq: Any = None
+
+
+_frame_seq_decoder = msgspec.json.Decoder(_FrameSeq)
+
+
+def frame_seq(frame: bytes) -> tuple[int | None, Stream | None]:
+    """The seq and stream of a frame that failed validation, as far as they are readable, for the Error reply."""
+    try:
+        peeked = _frame_seq_decoder.decode(frame)
+    except msgspec.DecodeError:
+        return None, None
+    seq = peeked.seq if type(peeked.seq) is int else None  # not a bool, a string or a float
+    return seq, _STREAMS.get(peeked.type) if isinstance(peeked.type, str) else None
+
+
+def message_seq(message: protocol.AgentMessage) -> tuple[int | None, Stream | None]:
+    if isinstance(message, protocol.Telemetry):
+        return message.seq, "telemetry"
+    if isinstance(message, protocol.Events):
+        return message.seq, "events"
+    return None, None
+
+
+def _header(scope: dict[str, Any], name: bytes) -> str:
+    return next((value.decode("latin-1") for key, value in scope.get("headers", []) if key == name), "")
+
+
+def bearer_token(scope: dict[str, Any]) -> str | None:
+    keyword, _, presented = _header(scope, b"authorization").strip().partition(" ")
+    return presented.strip() or None if keyword.lower() == "bearer" else None
+
+
+def client_address(scope: dict[str, Any]) -> str | None:
+    if settings.TRUST_X_FORWARDED_FOR and (forwarded := _header(scope, b"x-forwarded-for")):
+        return forwarded.split(",")[0].strip() or None
+    client = scope.get("client")
+    return client[0] if client else None
+
+
+class AgentConsumer(AsyncWebsocketConsumer):
+    credential: NodeCredential | None = None
+    node: Node
+    said_hello = False
+    closing = False
+
+    # Connection ----------------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        self.remote_addr = client_address(self.scope)
+        presented = bearer_token(self.scope)
+        credential = await database_sync_to_async(_authenticate)(presented, self.remote_addr) if presented else None
+        # Accept first: a refusal before the handshake reaches the agent as a bare HTTP 403, with no close code.
+        await self.accept()
+        if credential is None:
+            reason = "missing credential" if presented is None else "invalid or revoked credential"
+            bookkeeper().count_error(None, CounterCode.UNAUTHORIZED, f"{reason} from {self.remote_addr}")
+            await self._close(CLOSE_UNAUTHORIZED, f"Refused: {reason}.")
+            return
+        self.credential, self.node = credential, credential.node
+        bookkeeper().connected(credential.pk)
+        await self.channel_layer.group_add(node_group(self.node.pk), self.channel_name)
+
+    async def disconnect(self, code: int) -> None:
+        if self.credential is None:
+            return
+        bookkeeper().disconnected(self.credential.pk)
+        await self.channel_layer.group_discard(node_group(self.node.pk), self.channel_name)
+        if self.said_hello:
+            await database_sync_to_async(_record_disconnect)(self.node.pk, self.connected_at)
+
+    async def _close(self, code: int, reason: str) -> None:
+        self.closing = True
+        await self.close(code=code, reason=reason[:120])
+
+    # Messages from the agent -----------------------------------------------------------------------
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.credential is None or self.closing:
+            return
+        if bookkeeper().is_unusable(self.credential.pk):
+            await self._refuse_revoked()
+            return
+        if bytes_data is not None:
+            await self._reply_error("malformed", "Binary frames are not accepted; send each message as JSON text.")
+            return
+        frame = (text_data or "").encode()
+        try:
+            message = protocol.decode_agent_message(frame)
+        except protocol.ProtocolError as exc:
+            await self._reply_error(exc.code, exc.message, *frame_seq(frame))
+            return
+        refused = message_seq(message)
+        try:
+            await self._handle(message)
+        except protocol.ProtocolError as exc:
+            await self._reply_error(exc.code, exc.message, *refused)
+        except sinks.NotReady as exc:
+            await self._reply_error("not_ready", str(exc), *refused)
+        except Exception:  # one message failing to store must not take the node's connection down
+            logger.exception("Failed to handle %s from %s", type(message).__name__, self.node.hostname)
+            await self._reply_error("internal", "The server failed to handle this message; it is logged.", *refused)
+
+    async def _handle(self, message: protocol.AgentMessage) -> None:
+        if not self.said_hello and not isinstance(message, protocol.Hello):
+            tag = type(message).__struct_config__.tag
+            raise protocol.ProtocolError("invalid", f"Send hello first; {tag!r} came before it.")
+        match message:
+            case protocol.Hello():
+                await self._hello(message)
+            case protocol.Inventory():
+                if message.host.hostname != self.node.hostname:
+                    await self._refuse_impersonation(message.host.hostname, "inventory")
+                    return
+                bookkeeper().heard_from(self.node.pk)
+                await database_sync_to_async(apply_inventory)(self.node, message)
+            case protocol.Telemetry():
+                bookkeeper().heard_from(self.node.pk)
+                stored = await sinks.store_telemetry(self.node.pk, message)
+                await self._send(protocol.Ack(stream="telemetry", seq=stored))
+            case protocol.Events():
+                bookkeeper().heard_from(self.node.pk)
+                stored = await database_sync_to_async(sinks.store_events)(self.node.pk, message)
+                await self._send(protocol.Ack(stream="events", seq=stored))
+            case protocol.Heartbeat():
+                bookkeeper().heard_from(self.node.pk)
+
+    async def _hello(self, hello: protocol.Hello) -> None:
+        if self.said_hello:
+            raise protocol.ProtocolError("invalid", "Hello was already received on this connection.")
+        if hello.protocol != protocol.PROTOCOL_VERSION:
+            message = f"This server speaks protocol {protocol.PROTOCOL_VERSION}, not {hello.protocol}."
+            await self._reply_error("protocol_version", message)
+            await self._close(CLOSE_PROTOCOL_VERSION, message)
+            return
+        if hello.hostname != self.node.hostname:
+            await self._refuse_impersonation(hello.hostname, "hello")
+            return
+        self.connected_at = timezone.now()
+        telemetry_seq, events_seq = await database_sync_to_async(_welcome)(
+            self.node, hello, self.remote_addr, self.connected_at
+        )
+        self.said_hello = True
+        # One socket per node: a reconnecting agent's half-dead earlier socket (or a second agent
+        # with a copied credential) is closed, so two streams never interleave one node's seqs.
+        await self.channel_layer.group_send(
+            node_group(self.node.pk), {"type": "agent.superseded", "by": self.channel_name}
+        )
+        await self._send(
+            protocol.Welcome(
+                node_id=self.node.pk,
+                hostname=self.node.hostname,
+                telemetry_interval_s=settings.AGENT_TELEMETRY_INTERVAL_S,
+                last_telemetry_seq=telemetry_seq,
+                last_events_seq=events_seq,
+            )
+        )
+
+    # Refusals ----------------------------------------------------------------------------------
+
+    async def _refuse_impersonation(self, claimed: str, where: str) -> None:
+        assert self.credential is not None
+        await database_sync_to_async(record)(
+            "agent.impersonation",
+            actor=f"agent:{self.node.hostname}",
+            obj=self.node,
+            claimed_hostname=claimed,
+            message=where,
+            credential=self.credential.key_id,
+            remote_addr=self.remote_addr,
+        )
+        text = f"This credential speaks for {self.node.hostname} only; refused {where} as {claimed}."
+        await self._reply_error("forbidden", text)
+        await self._close(CLOSE_FORBIDDEN, text)
+
+    async def _refuse_revoked(self) -> None:
+        await self._reply_error("forbidden", "This credential was revoked; enroll the node again.")
+        await self._close(CLOSE_UNAUTHORIZED, "Credential revoked.")
+
+    async def _reply_error(
+        self, code: protocol.ErrorCode, message: str, seq: int | None = None, stream: Stream | None = None
+    ) -> None:
+        bookkeeper().count_error(self.node.pk, code, message)
+        await self._send(protocol.Error(code=code, message=message[:2000], seq=seq, stream=stream))
+
+    async def _send(self, message: protocol.Message) -> None:
+        await self.send(text_data=protocol.encode(message).decode())
+
+    # Messages from the rest of the control plane (channel layer) ----------------------------------
+
+    async def agent_superseded(self, event: dict[str, Any]) -> None:
+        if event["by"] != self.channel_name and not self.closing:
+            await self._close(CLOSE_SUPERSEDED, "A newer connection of this node took over.")
+
+    async def credential_revoked(self, event: dict[str, Any]) -> None:
+        if self.credential is not None and event["credential_id"] == self.credential.pk and not self.closing:
+            await self._refuse_revoked()
+
+
+def _authenticate(presented: str, remote_addr: str | None) -> NodeCredential | None:
+    credential = NodeCredential.authenticate(presented)
+    if credential is not None:
+        credential.record_connection(remote_addr)
+    return credential
+
+
+def _welcome(node: Node, hello: protocol.Hello, remote_addr: str | None, now: datetime) -> tuple[int, int]:
+    liveness.record_heard([node.pk], now)
+    NodeAgent.objects.update_or_create(
+        node=node,
+        defaults={
+            "agent_version": hello.agent_version,
+            "protocol": hello.protocol,
+            "simulated": hello.simulated,
+            "connected_at": now,
+            "remote_addr": remote_addr,
+        },
+    )
+    return sinks.stored_cursors(node.pk)
+
+
+def _record_disconnect(node_id: int, connected_at: datetime) -> None:
+    # Only this connection's own record: a newer connection of the node may already be up.
+    NodeAgent.objects.filter(node_id=node_id, connected_at__lte=connected_at).update(disconnected_at=timezone.now())
