@@ -39,7 +39,9 @@ async def test_a_rising_uncorrected_ecc_count_in_stored_samples_raises_a_failure
         assert not await sync_to_async(Failure.objects.filter(node=node).exists)()
         await ingestor.submit(node.pk, Telemetry(seq=2, samples=[ecc_sample(T0 + 2, 4)]))
         await ingestor.submit(node.pk, Telemetry(seq=2, samples=[ecc_sample(T0 + 2, 4)]))  # replayed
-        failures = await sync_to_async(list)(Failure.objects.filter(node=node).values_list("kind", "gpu_index", "count"))
+        failures = await sync_to_async(list)(
+            Failure.objects.filter(node=node).values_list("kind", "gpu_index", "count")
+        )
         assert failures == [("ecc", 2, 1)]
     finally:
         await ingestor.aclose()
