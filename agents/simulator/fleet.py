@@ -47,12 +47,16 @@ class SimulatedNodeAgent(Agent):
 
 
 def simulated_collector_factory() -> CollectorFactory:
-    """The simulator's NVML model (``agents.simulator.model``), or ImportError saying it is missing."""
+    """The simulator's backend (``agents.simulator.collector``), or ImportError saying it is missing."""
     try:
-        from agents.simulator.model import SimulatedCollector
+        from agents.simulator.collector import SimulatedCollector
     except ImportError as exc:
-        raise ImportError(f"the simulated backend (agents.simulator.model) is not available: {exc}") from exc
-    return SimulatedCollector
+        raise ImportError(f"the simulated backend (agents.simulator.collector) is not available: {exc}") from exc
+
+    def simulated_node(profile: str, hostname: str, seed: int, faults: str | None) -> Collector:
+        return SimulatedCollector(profile, hostname, seed, faults or ())
+
+    return simulated_node
 
 
 async def run_fleet(
