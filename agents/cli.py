@@ -239,7 +239,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             args.seed,
             args.faults,
             stop=stop,
-            interval=args.interval,
+            interval=args.interval or DEFAULT_INTERVAL_S,
+            follow_server_interval=args.interval is None,
             collector_factory=factory,
         )
 
@@ -391,7 +392,9 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--profile", choices=PROFILES, default="h100", help="the GPU model (default h100)")
     sim.add_argument("--seed", type=int, default=1, help="the simulation's seed (default 1)")
     sim.add_argument("--faults", help="the faults to script (the simulator's SPEC; default: none)")
-    sim.add_argument("--interval", type=_interval, default=1.0, help="seconds between samples (default 1)")
+    sim.add_argument(
+        "--interval", type=_interval, help="sample every S seconds, whatever the control plane asks (default: its)"
+    )
     sim.add_argument("--duration", type=_positive(float), help="stop after S seconds (default: at a signal)")
     sim.add_argument(
         "--hostname-prefix", default="sim-", help="with --enroll-token: nodes are named PREFIX0001.. (default sim-)"
