@@ -28,7 +28,6 @@ import re
 import secrets
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
