@@ -270,12 +270,10 @@ class AdminCredentials:
 def prepare_database(say: Callable[[str], None]) -> AdminCredentials:
     """Migrate, collect static files, import the example inventory once, reset the admin account.
 
-    Runs in the launcher's process with the demo environment already in ``os.environ``, and closes
-    its database connections before the children start.
+    Runs in the launcher's process with the demo environment already in ``os.environ``.
     """
     import django
     from django.core.management import call_command, get_commands
-    from django.db import connections
 
     django.setup()
     from apps.inventory.models import Cluster
@@ -293,9 +291,14 @@ def prepare_database(say: Callable[[str], None]) -> AdminCredentials:
     else:
         say(f"importing the example inventory {EXAMPLE_INVENTORY.relative_to(BASE_DIR)}")
         call_command("import_inventory", str(EXAMPLE_INVENTORY))
-    credentials = reset_admin()
+    return reset_admin()
+
+
+def close_database_connections() -> None:
+    """The launcher is done with the database: the children must not inherit its connections."""
+    from django.db import connections
+
     connections.close_all()
-    return credentials
 
 
 def reset_admin() -> AdminCredentials:
@@ -331,7 +334,7 @@ def issue_fleet_credentials(path: Path, server_url: str, say: Callable[[str], No
     token produced) are revoked, the new ones written to ``path`` (0600) in the format
     ``cp-agent simulate --credentials-file`` reads. Both are audited.
     """
-    from django.db import connections, transaction
+    from django.db import transaction
 
     from agents.buffer import write_private_file
     from agents.cli import FleetCredentials, SimulatedNodeCredential
@@ -341,19 +344,16 @@ def issue_fleet_credentials(path: Path, server_url: str, say: Callable[[str], No
     from apps.inventory.models import Node
 
     fleet = FleetCredentials(server_ws_url=websocket_url(server_url))
-    try:
-        with transaction.atomic():
-            nodes = sorted(Node.objects.filter(hostname__in=FLEET_HOSTNAMES), key=lambda node: node.hostname)
-            previous = NodeCredential.objects.usable().filter(node__in=nodes, enrollment_token__isnull=True)
-            for credential in previous.select_related("node"):
-                credential.revoke()
-                record("node_credential.revoke", actor="system:demo", obj=credential, hostname=credential.node.hostname)
-            for node in nodes:
-                credential, secret = NodeCredential.issue(node)
-                record("node_credential.issue", actor="system:demo", obj=credential, hostname=node.hostname)
-                fleet.nodes.append(SimulatedNodeCredential(node.hostname, node.pk, secret))
-    finally:
-        connections.close_all()
+    with transaction.atomic():
+        nodes = sorted(Node.objects.filter(hostname__in=FLEET_HOSTNAMES), key=lambda node: node.hostname)
+        previous = NodeCredential.objects.usable().filter(node__in=nodes, enrollment_token__isnull=True)
+        for credential in previous.select_related("node"):
+            credential.revoke()
+            record("node_credential.revoke", actor="system:demo", obj=credential, hostname=credential.node.hostname)
+        for node in nodes:
+            credential, secret = NodeCredential.issue(node)
+            record("node_credential.issue", actor="system:demo", obj=credential, hostname=node.hostname)
+            fleet.nodes.append(SimulatedNodeCredential(node.hostname, node.pk, secret))
     write_private_file(path, msgspec.json.format(msgspec.json.encode(fleet), indent=2) + b"\n")
     if len(nodes) < FLEET_NODES:
         say(f"simulated fleet: {len(nodes)} of the example nodes {FLEET_HOSTNAMES[0]}..{FLEET_HOSTNAMES[-1]} exist")
