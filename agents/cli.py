@@ -239,7 +239,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             args.seed,
             args.faults,
             stop=stop,
-            interval=args.interval,
+            interval=args.interval or DEFAULT_INTERVAL_S,
+            follow_server_interval=args.interval is None,
             collector_factory=factory,
         )
 
@@ -248,7 +249,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _fleet_credentials(args: argparse.Namespace) -> FleetCredentials:
-    """The credentials of sim-0001..sim-N: from the file, enrolling (with the token) those missing."""
+    """The fleet's credentials, in order.
+
+    With ``--enroll-token``: PREFIX0001..PREFIXN, from the file, enrolling those missing. Without it
+    the fleet is the first ``--nodes`` of the nodes the file lists, whatever their names (a control
+    plane may have issued them server-side, as the demo does)."""
     known = FleetCredentials(server_ws_url=websocket_url(args.server))
     path: Path | None = args.credentials_file
     if path is not None and path.exists():
@@ -256,11 +261,17 @@ def _fleet_credentials(args: argparse.Namespace) -> FleetCredentials:
             known = msgspec.json.decode(path.read_bytes(), type=FleetCredentials)
         except (OSError, msgspec.DecodeError) as exc:
             raise ConfigError(f"cannot read the fleet credentials {path}: {exc}") from exc
+    if not args.enroll_token:
+        if len(known.nodes) < args.nodes:
+            raise ConfigError(
+                f"{path} holds {len(known.nodes)} node(s), fewer than the {args.nodes} asked for; "
+                "ask for fewer with --nodes, or give --enroll-token to enroll more"
+            )
+        known.nodes = known.nodes[: args.nodes]
+        return known
     wanted = [f"{args.hostname_prefix}{i:04d}" for i in range(1, args.nodes + 1)]
     have = {node.hostname for node in known.nodes}
     missing = [hostname for hostname in wanted if hostname not in have]
-    if missing and not args.enroll_token:
-        raise ConfigError(f"{path} holds {len(have)} of the {args.nodes} nodes asked for; give --enroll-token too")
     if missing:
         failure = _enroll_fleet(args.server, args.enroll_token, missing, known)
         if path is not None:  # keep those that did enroll: a rerun must not need tokens for them again
@@ -381,9 +392,13 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--profile", choices=PROFILES, default="h100", help="the GPU model (default h100)")
     sim.add_argument("--seed", type=int, default=1, help="the simulation's seed (default 1)")
     sim.add_argument("--faults", help="the faults to script (the simulator's SPEC; default: none)")
-    sim.add_argument("--interval", type=_interval, default=1.0, help="seconds between samples (default 1)")
+    sim.add_argument(
+        "--interval", type=_interval, help="sample every S seconds, whatever the control plane asks (default: its)"
+    )
     sim.add_argument("--duration", type=_positive(float), help="stop after S seconds (default: at a signal)")
-    sim.add_argument("--hostname-prefix", default="sim-", help="nodes are named PREFIX0001.. (default sim-)")
+    sim.add_argument(
+        "--hostname-prefix", default="sim-", help="with --enroll-token: nodes are named PREFIX0001.. (default sim-)"
+    )
     return parser
 
 

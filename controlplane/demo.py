@@ -11,7 +11,6 @@ The demo never touches what the tests use: its database is the SQLite file under
 to the tests.
 """
 
-import importlib.util
 import os
 import secrets
 import shutil
@@ -26,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TextIO
 
+import msgspec
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 EXAMPLE_INVENTORY = BASE_DIR / "examples" / "inventory" / "h100-16node.yaml"
 
@@ -35,6 +36,17 @@ DEMO_REDIS_DB = 1  # the tests use database 0 of the same local Redis
 LOCAL_REDIS_URL = f"redis://127.0.0.1:6379/{DEMO_REDIS_DB}"
 ADMIN_USERNAME = "admin"
 ADMIN_TOKEN_NAME = "demo"
+
+# The simulated fleet is the example inventory's nodes: the file carries these nodes' simulated
+# identities (profile and seed), so they connect without a single "GPU swapped".
+FLEET_HOSTNAMES = tuple(f"gpu-{number:03d}" for number in range(1, 17))
+FLEET_NODES = len(FLEET_HOSTNAMES)
+FLEET_PROFILE = "h100"
+FLEET_SEED = 1
+FLEET_CREDENTIALS_FILE = "fleet-credentials.json"  # under the var directory
+# Alive but sane: a straggler from the start, one GPU overheating for five minutes after a minute,
+# one falling off the bus after two.
+FLEET_FAULTS = "gpu-005:straggler:gpu3 gpu-009:thermal@60+300:gpu6 gpu-012:xid79@120:gpu2"
 
 READY_TIMEOUT_S = 90
 STOP_TIMEOUT_S = 10
@@ -258,12 +270,10 @@ class AdminCredentials:
 def prepare_database(say: Callable[[str], None]) -> AdminCredentials:
     """Migrate, collect static files, import the example inventory once, reset the admin account.
 
-    Runs in the launcher's process with the demo environment already in ``os.environ``, and closes
-    its database connections before the children start.
+    Runs in the launcher's process with the demo environment already in ``os.environ``.
     """
     import django
     from django.core.management import call_command, get_commands
-    from django.db import connections
 
     django.setup()
     from apps.inventory.models import Cluster
@@ -281,9 +291,14 @@ def prepare_database(say: Callable[[str], None]) -> AdminCredentials:
     else:
         say(f"importing the example inventory {EXAMPLE_INVENTORY.relative_to(BASE_DIR)}")
         call_command("import_inventory", str(EXAMPLE_INVENTORY))
-    credentials = reset_admin()
+    return reset_admin()
+
+
+def close_database_connections() -> None:
+    """The launcher is done with the database: the children must not inherit its connections."""
+    from django.db import connections
+
     connections.close_all()
-    return credentials
 
 
 def reset_admin() -> AdminCredentials:
@@ -311,26 +326,54 @@ def reset_admin() -> AdminCredentials:
 # --- The processes ---------------------------------------------------------------------------------
 
 
-def start_fleet_simulator(supervisor: Supervisor, env: Mapping[str, str], server_url: str) -> None:
-    """Start the simulated fleet: the real node agent on simulated GPUs, connected like real nodes.
+def issue_fleet_credentials(path: Path, server_url: str, say: Callable[[str], None]) -> int:
+    """Give each example node a fresh credential for the simulated fleet; return how many got one.
 
-    The fleet runtime is ``agents.simulator.fleet``; its nodes enroll through ``apps.gateway``. Until
-    both exist the demo runs without a fleet and says so.
+    The demo is a trusted local launcher with the database at hand, so it issues the credentials
+    server-side instead of enrolling: the credentials the previous start issued (those no enrollment
+    token produced) are revoked, the new ones written to ``path`` (0600) in the format
+    ``cp-agent simulate --credentials-file`` reads. Both are audited.
     """
-    if not (module_exists("agents.simulator.fleet") and module_exists("apps.gateway")):
-        supervisor.say("simulated fleet: not available yet")
+    from django.db import transaction
+
+    from agents.buffer import write_private_file
+    from agents.cli import FleetCredentials, SimulatedNodeCredential
+    from agents.config import websocket_url
+    from apps.accounts.audit import record
+    from apps.gateway.models import NodeCredential
+    from apps.inventory.models import Node
+
+    fleet = FleetCredentials(server_ws_url=websocket_url(server_url))
+    with transaction.atomic():
+        nodes = sorted(Node.objects.filter(hostname__in=FLEET_HOSTNAMES), key=lambda node: node.hostname)
+        previous = NodeCredential.objects.usable().filter(node__in=nodes, enrollment_token__isnull=True)
+        for credential in previous.select_related("node"):
+            credential.revoke()
+            record("node_credential.revoke", actor="system:demo", obj=credential, hostname=credential.node.hostname)
+        for node in nodes:
+            credential, secret = NodeCredential.issue(node)
+            record("node_credential.issue", actor="system:demo", obj=credential, hostname=node.hostname)
+            fleet.nodes.append(SimulatedNodeCredential(node.hostname, node.pk, secret))
+    write_private_file(path, msgspec.json.format(msgspec.json.encode(fleet), indent=2) + b"\n")
+    if len(nodes) < FLEET_NODES:
+        say(f"simulated fleet: {len(nodes)} of the example nodes {FLEET_HOSTNAMES[0]}..{FLEET_HOSTNAMES[-1]} exist")
+    return len(nodes)
+
+
+def start_fleet_simulator(
+    supervisor: Supervisor, env: Mapping[str, str], server_url: str, credentials_file: Path, nodes: int
+) -> None:
+    """Start the simulated fleet: the real node agent on simulated GPUs, one WebSocket per node."""
+    if not nodes:
+        supervisor.say("simulated fleet: none of the example nodes exist; running without a fleet")
         return
-    supervisor.start("fleet", [sys.executable, "-m", "agents.simulator", "--server", server_url], env)
+    simulate = [sys.executable, "-m", "agents.cli", "simulate", "--server", server_url]
+    simulate += ["--credentials-file", str(credentials_file), "--nodes", str(nodes)]
+    simulate += ["--profile", FLEET_PROFILE, "--seed", str(FLEET_SEED), "--faults", FLEET_FAULTS]
+    supervisor.start("fleet", simulate, env)
 
 
-def module_exists(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:  # a parent package is missing
-        return False
-
-
-def start_application(supervisor: Supervisor, env: Mapping[str, str], port: int) -> None:
+def start_application(supervisor: Supervisor, env: Mapping[str, str], port: int, fleet_nodes: int) -> None:
     python = sys.executable
     server = ["uvicorn", "controlplane.asgi:application", "--host", HOST, "--port", str(port)]
     supervisor.start("web", [python, "-m", *server, "--lifespan", "off"], env)  # Django has no lifespan handlers
@@ -338,7 +381,8 @@ def start_application(supervisor: Supervisor, env: Mapping[str, str], port: int)
     # Without -Q the worker consumes every queue declared in CELERY_TASK_QUEUES.
     supervisor.start("worker", [*celery, "worker", "--concurrency", "2", "--loglevel", "INFO"], env)
     supervisor.start("beat", [*celery, "beat", "--loglevel", "INFO"], env)
-    start_fleet_simulator(supervisor, env, f"http://{HOST}:{port}")
+    credentials_file = var_directory(env) / FLEET_CREDENTIALS_FILE
+    start_fleet_simulator(supervisor, env, f"http://{HOST}:{port}", credentials_file, fleet_nodes)
 
 
 def wait_until_listening(port: int, supervisor: Supervisor) -> bool:
@@ -416,8 +460,9 @@ def run(environ: Mapping[str, str], output: TextIO) -> int:
         os.environ.clear()
         os.environ.update(env)
         credentials = prepare_database(supervisor.say)
+        fleet_nodes = issue_fleet_credentials(var_dir / FLEET_CREDENTIALS_FILE, f"http://{HOST}:{port}", supervisor.say)
 
-        start_application(supervisor, env, port)
+        start_application(supervisor, env, port, fleet_nodes)
         if wait_until_listening(port, supervisor):
             supervisor.say(banner(f"http://{HOST}:{port}", credentials, f"{redis.url} ({redis.description})", var_dir))
         while (exited := supervisor.first_exited()) is None:

@@ -6,12 +6,13 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from controlplane import demo
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 120
+FLEET_TIMEOUT_S = 20  # from the banner to every simulated node online and reporting
 
 pytestmark = [
     pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the demo's processes through /proc"),
@@ -68,6 +70,13 @@ class RunningDemo:
             assert time.monotonic() < deadline, f"no {pattern!r} after {START_TIMEOUT_S} s:\n{self.output}"
             time.sleep(0.2)
         return match
+
+    def wait_until(self, condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            assert self.process.poll() is None, f"the demo exited early:\n{self.output}"
+            assert time.monotonic() < deadline, f"not {what} after {timeout_s} s:\n{self.output}"
+            time.sleep(0.5)
 
     def get(self, path: str, token: str | None = None) -> tuple[int, bytes]:
         request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}")
@@ -122,7 +131,20 @@ def test_it_serves_the_product_with_the_printed_credentials_and_stops_cleanly(ru
     running_demo.wait_for_output(r"worker \| .*celery@\S+ ready\.")
     running_demo.wait_for_output(r"beat \| .*beat: Starting")
     assert (running_demo.var_dir / "controlplane.sqlite3").exists()
-    assert len(running_demo.processes()) >= 4  # launcher, server, worker, beat
+    assert len(running_demo.processes()) >= 5  # launcher, server, worker, beat, fleet
+
+    def online_nodes() -> int:
+        return json.loads(running_demo.get("/api/v1/nodes?liveness=online", token)[1])["count"]
+
+    def gpu_001_metrics() -> list[str]:
+        text = running_demo.get("/metrics", token)[1].decode()
+        return [line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{") and "gpu-001" in line]
+
+    running_demo.wait_until(lambda: online_nodes() == demo.FLEET_NODES, FLEET_TIMEOUT_S, "the whole fleet online")
+    running_demo.wait_until(lambda: len(gpu_001_metrics()) == 8, FLEET_TIMEOUT_S, "gpu-001's GPUs in /metrics")
+    credentials = running_demo.var_dir / demo.FLEET_CREDENTIALS_FILE
+    assert stat.S_IMODE(credentials.stat().st_mode) == 0o600
+    assert [node["hostname"] for node in json.loads(credentials.read_text())["nodes"]] == list(demo.FLEET_HOSTNAMES)
 
     running_demo.process.send_signal(signal.SIGTERM)
     assert running_demo.process.wait(timeout=60) == 0

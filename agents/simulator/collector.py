@@ -15,6 +15,9 @@ from agents.simulator.workloads import Training, Workload
 SIMULATED_KERNEL = "5.15.0-119-generic"
 SIMULATED_OS = "Ubuntu 22.04.4 LTS"
 MELLANOX_OUI = "b859:9f03"  # the high half of a ConnectX HCA's GUID
+# The frontend NIC (storage, SSH, the control plane) next to the compute HCAs: the next mlx5 device,
+# an Ethernet port that discovery reports and telemetry leaves out, as on an HGX node.
+FRONTEND_RATE_GBPS = 200.0
 
 
 class SimulatedCollector:
@@ -83,6 +86,16 @@ class SimulatedCollector:
             )
             for number, port in enumerate(model.ports)
         ]
+        ports.append(
+            PortInfo(
+                device=f"mlx5_{len(model.ports)}",
+                port=1,
+                kind="ethernet",
+                rate_gbps=FRONTEND_RATE_GBPS,
+                state="active",
+                physical_state="LinkUp",
+            )
+        )
         host = HostFacts(
             hostname=self.hostname,
             driver_version=profile.driver_version,

@@ -47,12 +47,16 @@ class SimulatedNodeAgent(Agent):
 
 
 def simulated_collector_factory() -> CollectorFactory:
-    """The simulator's NVML model (``agents.simulator.model``), or ImportError saying it is missing."""
+    """The simulator's backend (``agents.simulator.collector``), or ImportError saying it is missing."""
     try:
-        from agents.simulator.model import SimulatedCollector
+        from agents.simulator.collector import SimulatedCollector
     except ImportError as exc:
-        raise ImportError(f"the simulated backend (agents.simulator.model) is not available: {exc}") from exc
-    return SimulatedCollector
+        raise ImportError(f"the simulated backend (agents.simulator.collector) is not available: {exc}") from exc
+
+    def simulated_node(profile: str, hostname: str, seed: int, faults: str | None) -> Collector:
+        return SimulatedCollector(profile, hostname, seed, faults or ())
+
+    return simulated_node
 
 
 async def run_fleet(
@@ -64,6 +68,7 @@ async def run_fleet(
     *,
     stop: asyncio.Event | None = None,
     interval: float = DEFAULT_INTERVAL_S,
+    follow_server_interval: bool = True,
     heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL_S,
     buffer_frames: int = DEFAULT_BUFFER_FRAMES,
     collector_factory: CollectorFactory | None = None,
@@ -82,6 +87,7 @@ async def run_fleet(
             credential=credential,
             hostname=hostname,
             interval=interval,
+            follow_server_interval=follow_server_interval,
             heartbeat_interval=heartbeat_interval,
             collect_in_thread=False,
             node_stop=asyncio.Event(),

@@ -2,12 +2,13 @@
 a node that dies drops its socket; ``cp-agent simulate`` enrolls the fleet and remembers it."""
 
 import asyncio
+import json
 import sys
 import threading
 
 import pytest
 
-from agents.cli import EXIT_FAILURE, EXIT_OK, EXIT_REFUSED, main
+from agents.cli import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_REFUSED, _fleet_credentials, _parser, main
 from agents.simulator.fleet import run_fleet
 from tests.agents.doubles import FakeCollector, FakeControlPlane, FakeEnrollmentServer, wait_until
 
@@ -91,7 +92,7 @@ async def test_a_node_that_dies_drops_its_socket_and_stops_while_the_rest_go_on(
 
 @pytest.fixture
 def simulated_backend(monkeypatch):
-    """The simulator's model stands in as the test collector (``agents.simulator.model`` is another's)."""
+    """A test collector stands in for the simulator's, so these tests are about the fleet runtime."""
     monkeypatch.setattr(
         "agents.simulator.fleet.simulated_collector_factory",
         lambda: lambda profile, hostname, seed, faults: FakeCollector(hostname, gpus=8, ports=2),
@@ -150,9 +151,31 @@ def test_simulate_says_how_far_it_got_when_the_token_runs_out(tmp_path, capsys):
 
 
 def test_simulate_without_the_simulated_backend_fails_before_spending_any_token(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "agents.simulator.model", None)  # as if not installed
+    monkeypatch.setitem(sys.modules, "agents.simulator.collector", None)  # as if not installed
     with FakeEnrollmentServer(FakeControlPlane()) as enrollment:
         assert main(["simulate", "--server", enrollment.url, "--enroll-token", "cpe_fleet"]) == EXIT_FAILURE
 
     assert enrollment.requests == []
-    assert "the simulated backend (agents.simulator.model) is not available" in capsys.readouterr().err
+    assert "the simulated backend (agents.simulator.collector) is not available" in capsys.readouterr().err
+
+
+def fleet_file(path, hostnames: list[str]) -> list[str]:
+    nodes = [{"hostname": name, "node_id": i, "credential": f"cpn_{name}"} for i, name in enumerate(hostnames, 1)]
+    path.write_text(json.dumps({"server_ws_url": "ws://127.0.0.1:8000/ws/agent", "nodes": nodes}))
+    return ["simulate", "--server", "http://127.0.0.1:8000", "--credentials-file", str(path)]
+
+
+def test_simulate_without_a_token_runs_the_first_nodes_the_credentials_file_lists(tmp_path):
+    argv = fleet_file(tmp_path / "fleet.json", ["gpu-007", "gpu-001", "gpu-003"])
+
+    credentials = _fleet_credentials(_parser().parse_args([*argv, "--nodes", "2"]))
+
+    assert [node.hostname for node in credentials.nodes] == ["gpu-007", "gpu-001"]
+    assert credentials.nodes[0].credential == "cpn_gpu-007"
+
+
+def test_simulate_without_a_token_refuses_more_nodes_than_the_credentials_file_lists(tmp_path, capsys):
+    argv = fleet_file(tmp_path / "fleet.json", ["gpu-001", "gpu-002"])
+
+    assert main([*argv, "--nodes", "3"]) == EXIT_CONFIG
+    assert "holds 2 node(s), fewer than the 3 asked for" in capsys.readouterr().err

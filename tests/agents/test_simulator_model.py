@@ -329,7 +329,8 @@ def test_it_describes_an_hgx_h100_node():
     assert [len(g.nvlinks) for g in inventory.gpus] == [18] * 8
     assert {link.peer_pci_bus_id for link in inventory.gpus[0].nvlinks} == {f"0000:0{n}:00.0" for n in (5, 6, 7, 8)}
     assert [(p.device, p.kind, p.rate_gbps, p.state) for p in inventory.ports] == [
-        (f"mlx5_{n}", "infiniband", 400.0, "active") for n in range(8)
+        *[(f"mlx5_{n}", "infiniband", 400.0, "active") for n in range(8)],
+        ("mlx5_8", "ethernet", 200.0, "active"),  # the frontend NIC
     ]
     assert inventory.host.driver_version == "550.90.07"
 
