@@ -235,7 +235,12 @@ class AgentConsumer(AsyncWebsocketConsumer):
         await self._send(protocol.Error(code=code, message=message[:2000], seq=seq, stream=stream))
 
     async def _send(self, message: protocol.Message) -> None:
-        await self.send(text_data=protocol.encode(message).decode())
+        try:
+            await self.send(text_data=protocol.encode(message).decode())
+        except OSError:  # the agent went away before its reply (the ASGI server's ClientDisconnected)
+            # Nothing is lost: what was stored stays stored, and the agent, not having the ack,
+            # replays it on reconnect, where the seq check drops it.
+            logger.debug("%s disconnected before its %s", self.node.hostname, type(message).__name__)
 
     # Messages from the rest of the control plane (channel layer) ----------------------------------
 
