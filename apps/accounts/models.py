@@ -1,6 +1,4 @@
-import hashlib
 import re
-import secrets
 from datetime import timedelta
 from typing import Any
 
@@ -11,6 +9,7 @@ from django.db import models
 from django.utils import timezone
 
 from apps.accounts.roles import Role, lower_role, role_rank
+from apps.core.secrets import hash_secret, new_secret, secret_matches, split_presented
 
 
 class User(AbstractUser):
@@ -43,12 +42,6 @@ KEY_ID_PATTERN = re.compile(r"[0-9a-f]{8}")
 class TokenRefused(Exception):
     """Why a presented token was not accepted. The message is safe to show the caller: it says
     more than "unknown" only to someone who holds the token's secret."""
-
-
-def hash_secret(secret: str) -> str:
-    # Tokens are 256 random bits, so a fast digest is as safe as a slow password hash and keeps
-    # every API request cheap.
-    return hashlib.sha256(secret.encode()).hexdigest()
 
 
 class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
@@ -95,24 +88,23 @@ class ApiToken(models.Model):
     @classmethod
     def issue(cls, *, user: User, name: str, role: str, expires_at: Any = None) -> tuple["ApiToken", str]:
         """Create a token and return it with its clear-text value, which is never stored."""
-        key_id = secrets.token_hex(4)
-        secret = secrets.token_urlsafe(32)
+        key_id, secret, presented = new_secret(TOKEN_PREFIX, key_bytes=4)
         token = cls(
             user=user, name=name, role=role, key_id=key_id, secret_hash=hash_secret(secret), expires_at=expires_at
         )
         token.full_clean()
         token.save()
-        return token, f"{TOKEN_PREFIX}_{key_id}_{secret}"
+        return token, presented
 
     @classmethod
     def authenticate(cls, presented: str) -> "ApiToken":
         """The token whose clear-text value was presented, or TokenRefused saying why not."""
-        prefix, _, rest = presented.partition("_")
-        key_id, _, secret = rest.partition("_")
-        if prefix != TOKEN_PREFIX or not KEY_ID_PATTERN.fullmatch(key_id) or not secret:
+        parts = split_presented(presented, TOKEN_PREFIX)
+        if parts is None or not KEY_ID_PATTERN.fullmatch(parts[0]):
             raise TokenRefused(f"Malformed API token: expected {TOKEN_PREFIX}_<id>_<secret>.")
+        key_id, secret = parts
         token = cls.objects.select_related("user").filter(key_id=key_id).first()
-        if token is None or not secrets.compare_digest(token.secret_hash, hash_secret(secret)):
+        if not secret_matches(token.secret_hash if token else None, secret):
             raise TokenRefused("Unknown API token.")
         if token.revoked_at is not None:
             raise TokenRefused(f"API token {token.name!r} was revoked at {token.revoked_at:%Y-%m-%d %H:%M} UTC.")

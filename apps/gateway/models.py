@@ -1,12 +1,11 @@
 """Enrollment tokens, per-node credentials, what each node's agent last reported, the changes
 discovery found, and counts of what the gateway refused.
 
-Secrets follow ``apps.accounts.models.ApiToken``: 256 random bits, shown once, stored as a SHA-256
+Secrets are made and checked by ``apps.core.secrets``, like API tokens: 256 random bits, shown once, stored as a SHA-256
 digest, and found by a short key id kept in clear (``cpe_<key id>_<secret>`` for an enrollment
 token, ``cpn_<key id>_<secret>`` for a node credential).
 """
 
-import secrets
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Final
@@ -17,37 +16,13 @@ from django.db import IntegrityError, models, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from apps.accounts.models import hash_secret
+from apps.core.secrets import hash_secret, new_secret, secret_matches, split_presented
 from apps.gateway.choices import ChangeKind, CounterCode, EnrollmentTokenState
 from apps.inventory.choices import Lifecycle
 from apps.inventory.models import Cluster, Node, NodeType
 
 ENROLLMENT_TOKEN_PREFIX: Final = "cpe"
 CREDENTIAL_PREFIX: Final = "cpn"
-# Compared against when a presented key id matches nothing, so a miss costs what a hit costs.
-_NO_MATCH_DIGEST: Final = hash_secret("no such key")
-
-
-def new_secret(prefix: str) -> tuple[str, str, str]:
-    """A key id, a secret and the string handed out once: ``<prefix>_<key id>_<secret>``."""
-    key_id = secrets.token_hex(6)
-    secret = secrets.token_urlsafe(32)
-    return key_id, secret, f"{prefix}_{key_id}_{secret}"
-
-
-def split_presented(presented: str, prefix: str) -> tuple[str, str] | None:
-    """The key id and secret of a presented ``<prefix>_<key id>_<secret>``, or None if it is not one."""
-    found_prefix, _, rest = presented.partition("_")
-    key_id, _, secret = rest.partition("_")
-    if found_prefix != prefix or not key_id or not secret:
-        return None
-    return key_id, secret
-
-
-def secret_matches(stored_digest: str | None, secret: str) -> bool:
-    """Constant-time comparison, also when there was no row to compare against."""
-    matches = secrets.compare_digest(stored_digest or _NO_MATCH_DIGEST, hash_secret(secret))
-    return matches and stored_digest is not None
 
 
 def _revoke(row: "EnrollmentToken | NodeCredential", **still: object) -> bool:
