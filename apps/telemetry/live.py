@@ -43,8 +43,23 @@ def node_update(node_id: int, sample: NodeSample) -> dict[str, Any]:
     return {"type": "telemetry.node", "node": node_id, "ts": sample.ts, "gpus": gpus}
 
 
+def _whole(value: float | None, scale: float = 1.0) -> int | None:
+    return None if value is None else round(value / scale)
+
+
+def heat_cell(gpu: dict[str, Any]) -> dict[str, int | None]:
+    """One GPU's cell of the fleet heatmap: whole numbers, since a colour cannot show a tenth of a
+    percent and every value that does not change is a value the delta leaves out."""
+    return {
+        "util": _whole(gpu["util_gpu"]),
+        "power": _whole(gpu["power_w"]),
+        "temp": _whole(gpu["temp_c"]),
+        "mem": _whole(gpu["mem_used_mib"], 1024),  # GiB
+    }
+
+
 def fleet_entry(update: dict[str, Any]) -> dict[str, Any]:
-    """One node's line in the ``telemetry.fleet`` message."""
+    """One node's line in the ``telemetry.fleet`` message: its summary and its GPUs' heatmap cells."""
     gpus = update["gpus"]
     utils = [g["util_gpu"] for g in gpus if g["util_gpu"] is not None]
     powers = [g["power_w"] for g in gpus if g["power_w"] is not None]
@@ -56,6 +71,7 @@ def fleet_entry(update: dict[str, Any]) -> dict[str, Any]:
         "util_gpu_mean": fmean(utils) if utils else None,
         "power_w_total": sum(powers) if powers else None,
         "temp_c_max": max(temps) if temps else None,
+        "heat": {str(g["index"]): heat_cell(g) for g in gpus},
     }
 
 

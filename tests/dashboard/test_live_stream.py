@@ -125,11 +125,14 @@ def test_it_answers_a_fleet_subscription_with_every_nodes_summary(open_browser, 
                 "liveness": "unknown",
                 "alarms": 2,
                 "severity": "critical",
+                "alarm_gpus": [0, 1],
+                "straggler_gpus": [],
                 "ts": T0,
                 "gpus": 8,
                 "util_gpu_mean": 40.0,
                 "power_w_total": 3200.0,
                 "temp_c_max": 60.0,
+                "heat": {str(i): {"util": 40, "power": 400, "temp": 60, "mem": 39} for i in range(8)},
             },
             str(quiet.pk): {
                 "hostname": "gpu-b",
@@ -137,6 +140,8 @@ def test_it_answers_a_fleet_subscription_with_every_nodes_summary(open_browser, 
                 "liveness": "unknown",
                 "alarms": 0,
                 "severity": None,
+                "alarm_gpus": [],
+                "straggler_gpus": [],
             },
         },
     }
@@ -197,10 +202,14 @@ def test_it_sends_the_fleet_only_the_nodes_and_fields_that_changed(open_browser,
         "util_gpu_mean": 50.0,
         "power_w_total": 3200.0,
         "temp_c_max": 60.0,
+        "heat": {str(i): {"util": 50, "power": 400, "temp": 60, "mem": 39} for i in range(8)},
     }
 
     group_send(live.FLEET_GROUP, fleet_update(node_update(node.pk, T0 + 1, utils={0: 90.0})))  # other: unchanged
-    assert browser.receive() == {"type": "delta", "fleet": {str(node.pk): {"ts": T0 + 1, "util_gpu_mean": 55.0}}}
+    assert browser.receive() == {
+        "type": "delta",
+        "fleet": {str(node.pk): {"ts": T0 + 1, "util_gpu_mean": 55.0, "heat": {"0": {"util": 90}}}},
+    }
 
 
 def test_it_sends_a_burst_of_updates_at_most_once_a_second_with_the_newest_values(open_browser, viewer, node):
@@ -277,14 +286,14 @@ def test_a_new_failure_and_its_resolution_reach_a_subscribed_browser(open_browse
     record_events(node.pk, events(xid(79, gpu=2, at=T0)))
     failure = Failure.objects.get()
     delta = browser.receive()
-    assert delta["fleet"][str(node.pk)] == {"alarms": 1, "severity": "critical"}
+    assert delta["fleet"][str(node.pk)] == {"alarms": 1, "severity": "critical", "alarm_gpus": [2]}
     change = delta["nodes"][str(node.pk)]
     assert (change["alarms"], change["severity"]) == (1, "critical")
     assert {"id": failure.pk, "code": "xid-79", "state": "open"}.items() <= change["failures"][str(failure.pk)].items()
 
     failure.resolve(actor="alice", note="GPU reseated")
     delta = browser.receive()
-    assert delta["fleet"][str(node.pk)] == {"alarms": 0, "severity": None}
+    assert delta["fleet"][str(node.pk)] == {"alarms": 0, "severity": None, "alarm_gpus": []}
     assert delta["nodes"][str(node.pk)]["failures"][str(failure.pk)]["state"] == "resolved"
 
 

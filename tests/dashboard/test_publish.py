@@ -91,8 +91,9 @@ def test_an_xid_storm_in_one_transaction_is_sent_once_with_its_final_count(
     ]
     update = layer.sent[0][1]
     assert (update["failure"]["id"], update["failure"]["count"]) == (failure.pk, 20)
-    assert update["state"] == {"alarms": 1, "severity": failure.severity}
-    assert layer.sent[1][1]["state"] == {"alarms": 1, "severity": failure.severity}
+    alarms = {"alarms": 1, "severity": failure.severity, "alarm_gpus": [0], "straggler_gpus": []}
+    assert update["state"] == alarms
+    assert layer.sent[1][1]["state"] == alarms
 
 
 def test_an_acknowledgement_is_sent_to_the_node_and_leaves_the_fleet_alone(

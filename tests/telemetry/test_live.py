@@ -43,7 +43,15 @@ async def test_it_sends_a_nodes_newest_sample_to_its_group_and_the_fleet_at_once
     fleet = await receive(fleet_channel, timeout=0.5)
     assert fleet["type"] == "telemetry.fleet"
     assert fleet["nodes"] == [
-        {"node": 7, "ts": T0 + 2, "gpus": 8, "util_gpu_mean": 40.0, "power_w_total": 3200.0, "temp_c_max": 60.0}
+        {
+            "node": 7,
+            "ts": T0 + 2,
+            "gpus": 8,
+            "util_gpu_mean": 40.0,
+            "power_w_total": 3200.0,
+            "temp_c_max": 60.0,
+            "heat": {str(i): {"util": 40, "power": 400, "temp": 60, "mem": 39} for i in range(8)},
+        }
     ]
 
 

@@ -1,0 +1,18 @@
+from apps.dashboard.streams import alarm_summary
+from apps.telemetry.live import heat_cell
+
+
+def test_alarm_summary_names_the_gpus_with_alarms_and_those_flagged_as_stragglers():
+    summary = alarm_summary([("warning", 3, "straggler"), ("critical", 5, "xid"), ("error", None, "infiniband")])
+
+    assert summary == {"alarms": 3, "severity": "critical", "alarm_gpus": [3, 5], "straggler_gpus": [3]}
+
+
+def test_a_node_without_alarms_has_empty_lists_so_a_delta_clears_the_outline():
+    assert alarm_summary([]) == {"alarms": 0, "severity": None, "alarm_gpus": [], "straggler_gpus": []}
+
+
+def test_a_heat_cell_holds_whole_numbers_and_memory_in_gib_and_keeps_absent_values_absent():
+    gpu = {"util_gpu": 54.6, "power_w": 699.5, "temp_c": None, "mem_used_mib": 81_920}
+
+    assert heat_cell(gpu) == {"util": 55, "power": 700, "temp": None, "mem": 80}
