@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from apps.dashboard.urls import auth_urlpatterns
 from apps.telemetry.metrics import MetricsView
 
 api_v1 = [
@@ -19,4 +20,6 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("metrics", MetricsView.as_view(), name="metrics"),
+    *auth_urlpatterns,
+    path("", include("apps.dashboard.urls")),
 ]

@@ -180,3 +180,38 @@ def cluster_cost_rate(cluster: Cluster, at: date) -> ClusterCostRate:
         breakdown=lines,
         notes=notes,
     )
+
+
+@dataclass(frozen=True)
+class LivePricing:
+    """The prices a live page needs to turn measured telemetry into money, per hour, in one currency.
+
+    ``gpu_hour`` by node type id and ``kw_hour`` (energy price × PUE) by cluster id; a type or
+    cluster with no price in force is absent, and ``unpriced`` says which, so a page can say its
+    figure leaves them out. ``currency`` is None when prices in force use several currencies: adding
+    dollars to euros is not a figure, so those pages show the breakdown instead of a sum.
+    """
+
+    currency: str | None
+    gpu_hour: dict[int, Decimal]
+    kw_hour: dict[int, Decimal]
+    unpriced: list[str]
+
+
+def live_pricing(at: date) -> LivePricing:
+    """Prices in force on ``at`` for every node type and cluster that has nodes: four queries."""
+    node_types = dict(NodeType.objects.filter(nodes__isnull=False).distinct().values_list("pk", "name"))
+    clusters = dict(Cluster.objects.filter(nodes__isnull=False).distinct().values_list("pk", "name"))
+    gpu_prices = GpuPrice.objects.in_force(at).filter(node_type__in=node_types).select_related("node_type")
+    energy_prices = EnergyPrice.objects.in_force(at).filter(cluster__in=clusters)
+    gpu_hour = {price.node_type_id: price.hourly_cost_per_gpu() for price in gpu_prices}
+    kw_hour = {price.cluster_id: price.cost_per_kw_hour() for price in energy_prices}
+    currencies = {figure.unit.split("/")[0] for figure in [*gpu_hour.values(), *kw_hour.values()]}
+    unpriced = [f"GPU-hours of {name}" for pk, name in sorted(node_types.items()) if pk not in gpu_hour]
+    unpriced += [f"energy in {name}" for pk, name in sorted(clusters.items()) if pk not in kw_hour]
+    return LivePricing(
+        currency=currencies.pop() if len(currencies) == 1 else None,
+        gpu_hour={pk: figure.value for pk, figure in gpu_hour.items()},
+        kw_hour={pk: figure.value for pk, figure in kw_hour.items()},
+        unpriced=unpriced,
+    )

@@ -8,6 +8,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,8 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.db import connections
 from django.test import Client
+from playwright.sync_api import Browser as PlaywrightBrowser
+from playwright.sync_api import BrowserContext, Page, sync_playwright
 from websockets.sync.client import ClientConnection, connect
 
 from apps.accounts.models import User
@@ -135,3 +138,83 @@ def viewer(transactional_db) -> User:
 
 def group_send(group: str, message: dict[str, Any]) -> None:
     async_to_sync(get_channel_layer().group_send)(group, message)
+
+
+# Real headless Chromium ---------------------------------------------------------------------------
+
+CHROMIUM = Path(os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium"))
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[PlaywrightBrowser]:
+    """Debian's Chromium driven by Playwright (never a downloaded browser); .ci/run installs it."""
+    if not CHROMIUM.exists():
+        pytest.fail(f"Browser tests need Debian's chromium at {CHROMIUM} (apt-get install chromium)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--disable-gpu"])
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def dashboard(asgi_server: LiveServer, settings) -> LiveServer:
+    """The ASGI server, serving static files from the apps' folders (tests do not collect them)."""
+    settings.SERVESTATIC_USE_FINDERS = True
+    settings.SERVESTATIC_AUTOREFRESH = True
+    return asgi_server
+
+
+class PageErrors:
+    """Console errors and uncaught exceptions of every page a test opened: a test fails on any."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def watch(self, page: Page) -> Page:
+        page.on(
+            "console", lambda message: message.type == "error" and self.errors.append(f"{page.url}: {message.text}")
+        )
+        page.on("pageerror", lambda error: self.errors.append(f"{page.url}: {error}"))
+        return page
+
+
+@pytest.fixture
+def open_page(chromium: PlaywrightBrowser, dashboard: LiveServer, request) -> Iterator[Callable[..., Page]]:
+    """``open_page(user, path="/", viewport=(1280, 800), dark=False)``: a signed-in tab at ``path``.
+    The test fails if any page logged a JavaScript error."""
+    errors = PageErrors()
+    contexts: list[BrowserContext] = []
+
+    def open_(
+        user: User | None, path: str = "/", *, viewport: tuple[int, int] = (1280, 800), dark: bool = False
+    ) -> Page:
+        context = chromium.new_context(
+            base_url=dashboard.origin,
+            viewport={"width": viewport[0], "height": viewport[1]},
+            color_scheme="dark" if dark else "light",
+        )
+        contexts.append(context)
+        if user is not None:
+            context.add_cookies([{"name": "sessionid", "value": session_cookie(user), "url": dashboard.origin}])
+        page = errors.watch(context.new_page())
+        page.goto(path)
+        return page
+
+    yield open_
+    for context in contexts:
+        context.close()
+    assert not errors.errors, "JavaScript errors:\n" + "\n".join(errors.errors)
+
+
+def screenshot(page: Page, name: str) -> Path:
+    """Save the page as test-artifacts/screenshots/<name>.png (CI keeps the folder)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+@pytest.fixture
+def operator(transactional_db) -> User:
+    return User.objects.create_user("otto", password="unused-password-2", role="operator")

@@ -6,7 +6,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from apps.dashboard.publish import publish_node_state
-from apps.inventory.choices import GpuState, Lifecycle, LinkState, Liveness, PortKind
+from apps.inventory.choices import GpuState, Lifecycle, LinkState, Liveness, PortKind, SwitchTier
 from apps.inventory.models.clusters import Cluster, NodeType, Rack
 
 # Who may move a node where. Retired is final; a new node must pass burn-in before service.
@@ -30,6 +30,24 @@ class NodeQuerySet(models.QuerySet["Node"]):
     def with_related(self) -> "NodeQuerySet":
         """Everything a list of nodes shows, in a fixed number of queries whatever its length."""
         return self.select_related("cluster", "node_type", "rack").annotate(gpu_count=Count("gpus", distinct=True))
+
+    def leaf_names(self) -> dict[int, str]:
+        """Each node's leaf switch (the first by name, for a node cabled to two), by node id: one
+        query. Nodes with no port cabled to a leaf are absent."""
+        rows = (
+            self.filter(ports___peer_switch_port__switch__tier=SwitchTier.LEAF)
+            .values_list("pk", "ports___peer_switch_port__switch__name")
+            .order_by("-ports___peer_switch_port__switch__name")
+        )
+        return dict(rows)  # the last row per node wins: the first leaf by name
+
+    def state_counts(self) -> dict[str, dict[str, int]]:
+        """How many nodes are in each lifecycle state and each liveness state: one query."""
+        counts: dict[str, dict[str, int]] = {"lifecycle": {}, "liveness": {}}
+        for lifecycle, liveness, number in self.values_list("lifecycle", "liveness").annotate(n=Count("pk")).order_by():
+            counts["lifecycle"][lifecycle] = counts["lifecycle"].get(lifecycle, 0) + number
+            counts["liveness"][liveness] = counts["liveness"].get(liveness, 0) + number
+        return counts
 
     def under_switch(self, switch: "models.Model") -> "NodeQuerySet":
         """Nodes with at least one port cabled to this switch (for a leaf: its nodes)."""

@@ -1,0 +1,161 @@
+// The fleet heatmap: one cell per GPU on a canvas (8,000 DOM elements would cost far more to
+// update), nodes as blocks of their GPUs, grouped under their leaf switch. A node with open alarms
+// is outlined in its worst severity's colour, thicker the worse it is (so the outline does not rely
+// on colour alone); a straggler GPU gets a cell outline. Hover shows the values; click opens the node.
+
+import { escapeHtml } from "./api.js";
+import { colourOf, cssVar } from "./scale.js";
+
+export const METRICS = {
+  util: { label: "Utilization", unit: "%", low: 0, high: () => 100 },
+  power: { label: "Power", unit: "W", low: 0, high: (tops) => tops.power },
+  temp: { label: "Temperature", unit: "°C", low: 25, high: () => 95 },
+  mem: { label: "Memory used", unit: "GiB", low: 0, high: (tops) => tops.mem },
+  errors: { label: "Open alarms on the GPU", unit: "", low: 0, high: () => 1 },
+};
+const OUTLINE_WIDTH = { critical: 3, error: 2, warning: 1.5, info: 1 };
+const GROUP_LABEL_PX = 18;
+const MAX_HEIGHT_SHARE = 0.62; // of the window: the charts and failures stay in view on a wall screen
+
+export class Heatmap {
+  constructor(canvas, tip, layout, tops) {
+    this.canvas = canvas;
+    this.tip = tip;
+    this.layout = layout;
+    this.tops = tops;
+    this.metric = "util";
+    this.fleet = {};
+    this.blocks = []; // [{node, x, y, cell, gpus}] in drawing order, for hit testing
+    canvas.addEventListener("mousemove", (event) => this.hover(event));
+    canvas.addEventListener("mouseleave", () => { this.tip.hidden = true; });
+    canvas.addEventListener("click", (event) => {
+      const hit = this.hit(event);
+      if (hit) location.assign(`/nodes/${hit.block.node.id}/`);
+    });
+    new ResizeObserver(() => this.resize()).observe(canvas.parentElement);
+    window.addEventListener("themechange", () => this.draw());
+  }
+
+  /** Pick the largest cell size whose grid fits the width and a share of the window's height. */
+  resize() {
+    const width = this.canvas.parentElement.clientWidth;
+    if (!width) return;
+    let placed = null;
+    for (let cell = 28; cell >= 3; cell -= 1) {
+      placed = this.place(width, cell);
+      if (placed.height <= window.innerHeight * MAX_HEIGHT_SHARE) break;
+    }
+    this.blocks = placed.blocks;
+    this.groupLabels = placed.labels;
+    const ratio = window.devicePixelRatio || 1;
+    this.canvas.style.height = `${placed.height}px`;
+    this.canvas.width = Math.round(width * ratio);
+    this.canvas.height = Math.round(placed.height * ratio);
+    this.scale = ratio;
+    this.draw();
+  }
+
+  place(width, cell) {
+    const gap = Math.max(2, Math.round(cell / 2));
+    const blocks = [];
+    const labels = [];
+    let y = 0;
+    for (const group of this.layout) {
+      labels.push({ text: `${group.leaf} · ${group.nodes.length} nodes`, y: y + GROUP_LABEL_PX - 5 });
+      y += GROUP_LABEL_PX;
+      let x = 0;
+      for (const node of group.nodes) {
+        const blockWidth = node.gpus * cell;
+        if (x > 0 && x + blockWidth > width) { x = 0; y += cell + gap; }
+        blocks.push({ node, x, y, cell, gpus: node.gpus });
+        x += blockWidth + gap;
+      }
+      y += cell + gap * 2;
+    }
+    return { blocks, labels, height: y };
+  }
+
+  setData(fleet) { this.fleet = fleet; }
+  setMetric(metric) { this.metric = metric; this.draw(); }
+
+  valueOf(entry, gpu) {
+    if (!entry) return null;
+    if (this.metric === "errors") {
+      if (entry.alarm_gpus?.includes(gpu)) return 1;
+      return entry.alarms ? 0.5 : 0; // a node-wide alarm (InfiniBand, liveness) shades all its GPUs
+    }
+    return entry.heat?.[gpu]?.[this.metric] ?? null;
+  }
+
+  draw() {
+    const context = this.canvas.getContext("2d");
+    if (!this.blocks.length) return;
+    const { low, high } = METRICS[this.metric];
+    const top = high(this.tops);
+    const empty = cssVar("--cell-empty");
+    const outline = cssVar("--outline");
+    context.setTransform(this.scale, 0, 0, this.scale, 0, 0);
+    context.clearRect(0, 0, this.canvas.width, this.canvas.height);
+    context.font = `12px ${cssVar("--font")}`;
+    context.fillStyle = cssVar("--muted");
+    for (const label of this.groupLabels) context.fillText(label.text, 0, label.y);
+    for (const block of this.blocks) {
+      const entry = this.fleet[block.node.id];
+      const reachable = entry?.liveness !== "unreachable";
+      for (let gpu = 0; gpu < block.gpus; gpu += 1) {
+        const value = reachable ? this.valueOf(entry, gpu) : null;
+        context.fillStyle = value === null ? empty : colourOf(value, low, top);
+        context.fillRect(block.x + gpu * block.cell, block.y, block.cell - 1, block.cell - 1);
+      }
+      if (entry?.straggler_gpus?.length) {
+        context.strokeStyle = outline;
+        context.lineWidth = 1.5;
+        for (const gpu of entry.straggler_gpus) {
+          context.strokeRect(block.x + gpu * block.cell + 0.75, block.y + 0.75, block.cell - 2.5, block.cell - 2.5);
+        }
+      }
+      if (entry?.severity || !reachable) {
+        const severity = reachable ? entry.severity : "critical";
+        context.strokeStyle = cssVar(`--${severity}`);
+        context.lineWidth = OUTLINE_WIDTH[severity];
+        context.setLineDash(reachable ? [] : [3, 2]);
+        const pad = context.lineWidth / 2 + 0.5;
+        context.strokeRect(block.x - pad, block.y - pad, block.gpus * block.cell - 1 + 2 * pad, block.cell - 1 + 2 * pad);
+        context.setLineDash([]);
+      }
+    }
+  }
+
+  hit(event) {
+    const bounds = this.canvas.getBoundingClientRect();
+    const x = event.clientX - bounds.left;
+    const y = event.clientY - bounds.top;
+    for (const block of this.blocks) {
+      if (y >= block.y && y < block.y + block.cell && x >= block.x && x < block.x + block.gpus * block.cell) {
+        return { block, gpu: Math.floor((x - block.x) / block.cell), x, y };
+      }
+    }
+    return null;
+  }
+
+  hover(event) {
+    const hit = this.hit(event);
+    if (!hit) { this.tip.hidden = true; return; }
+    const entry = this.fleet[hit.block.node.id] ?? {};
+    const cell = entry.heat?.[hit.gpu] ?? {};
+    const show = (value, unit) => (value === null || value === undefined ? "–" : `${value} ${unit}`);
+    const lines = [
+      `<strong>${escapeHtml(hit.block.node.hostname)}</strong> GPU ${hit.gpu}`,
+      escapeHtml(`${entry.lifecycle ?? ""} · ${entry.liveness ?? ""}`),
+      `Utilization ${show(cell.util, "%")} · Power ${show(cell.power, "W")}`,
+      `Temperature ${show(cell.temp, "°C")} · Memory ${show(cell.mem, "GiB")}`,
+    ];
+    if (entry.alarms) lines.push(`${entry.alarms} open alarm${entry.alarms > 1 ? "s" : ""} (worst: ${entry.severity})`);
+    if (entry.straggler_gpus?.includes(hit.gpu)) lines.push("Flagged as a straggler");
+    this.tip.innerHTML = lines.join("<br>");
+    this.tip.hidden = false;
+    const wrap = this.canvas.parentElement.clientWidth;
+    this.tip.style.left = `${Math.min(hit.x + 14, wrap - this.tip.offsetWidth - 4)}px`;
+    this.tip.style.top = `${hit.y + 14}px`;
+  }
+}

@@ -1,0 +1,102 @@
+// The page's one WebSocket to ws/live (docs/live-stream.md): subscribes to the streams the page
+// shows, merges snapshots and deltas into `live.fleet` and `live.nodes`, reconnects by itself with
+// backoff and jitter, and keeps the status badge in the top bar honest: "live", "stale" when nothing
+// has arrived for STALE_AFTER_MS, "reconnecting", or "stopped" when the server refused the user.
+
+const STALE_AFTER_MS = 5000;
+const BACKOFF_MS = [500, 1000, 2000, 5000, 10000, 20000];
+const SIGNED_OUT = 4401;
+const FORBIDDEN = 4403;
+
+export function merge(into, patch) {
+  for (const [key, value] of Object.entries(patch)) {
+    if (value !== null && typeof value === "object" && !Array.isArray(value) &&
+        into[key] !== null && typeof into[key] === "object" && !Array.isArray(into[key])) {
+      merge(into[key], value);
+    } else {
+      into[key] = value;
+    }
+  }
+}
+
+export class LiveSocket {
+  /** streams: e.g. [{subscribe: "fleet"}, {subscribe: "node", node: 7}].
+   *  onUpdate(kind, payload) is called after each snapshot ("snapshot") or delta ("delta") is merged. */
+  constructor(streams, onUpdate) {
+    this.streams = streams;
+    this.onUpdate = onUpdate;
+    this.fleet = null;
+    this.nodes = {};
+    this.lastMessageAt = 0;
+    this.attempt = 0;
+    this.status = document.getElementById("live-status");
+    this.stopped = false;
+    this.connect();
+    setInterval(() => this.checkStale(), 1000);
+  }
+
+  connect() {
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    this.socket = new WebSocket(`${scheme}://${location.host}/ws/live`);
+    this.setStatus("connecting", "connecting…");
+    this.socket.addEventListener("open", () => {
+      this.attempt = 0;
+      for (const stream of this.streams) this.socket.send(JSON.stringify(stream));
+    });
+    this.socket.addEventListener("message", (event) => this.receive(JSON.parse(event.data)));
+    this.socket.addEventListener("close", (event) => this.closed(event.code));
+  }
+
+  receive(message) {
+    this.lastMessageAt = performance.now();
+    if (message.type === "snapshot") {
+      if (message.stream === "fleet") this.fleet = message.nodes;
+      else this.nodes[message.node] = message.state;
+    } else if (message.type === "delta") {
+      if (message.fleet && this.fleet) merge(this.fleet, message.fleet);
+      for (const [id, patch] of Object.entries(message.nodes ?? {})) {
+        if (this.nodes[id]) merge(this.nodes[id], patch);
+      }
+    } else if (message.type === "error") {
+      console.warn("ws/live refused a message:", message.reason, message.message);
+      return;
+    } else {
+      return;
+    }
+    this.setStatus("live", "live");
+    this.onUpdate(message.type, message);
+  }
+
+  closed(code) {
+    if (code === SIGNED_OUT) {
+      location.assign(`/login/?next=${encodeURIComponent(location.pathname + location.search)}`);
+      return;
+    }
+    if (code === FORBIDDEN) {
+      this.stopped = true;
+      this.setStatus("stopped", "not allowed: this account has no role or was deactivated");
+      return;
+    }
+    const base = BACKOFF_MS[Math.min(this.attempt, BACKOFF_MS.length - 1)];
+    const delay = base / 2 + Math.random() * base;  // jitter: a restarted server is not hit by every page at once
+    this.attempt += 1;
+    this.setStatus("reconnecting", `reconnecting in ${Math.ceil(delay / 1000)} s`);
+    setTimeout(() => this.connect(), delay);
+  }
+
+  checkStale() {
+    if (this.stopped || this.socket.readyState !== WebSocket.OPEN || !this.lastMessageAt) return;
+    const silentFor = performance.now() - this.lastMessageAt;
+    if (silentFor > STALE_AFTER_MS) this.setStatus("stale", `stale: no update for ${Math.round(silentFor / 1000)} s`);
+  }
+
+  setStatus(state, text) {
+    if (!this.status) return;
+    this.status.hidden = false;
+    if (this.status.dataset.state !== state || this.status.textContent !== text) {
+      this.status.dataset.state = state;
+      this.status.textContent = text;
+      document.body.dataset.live = state;
+    }
+  }
+}

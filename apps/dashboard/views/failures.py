@@ -1,0 +1,6 @@
+from apps.dashboard.views.base import DashboardPage
+
+
+class FailuresPage(DashboardPage):
+    nav = "failures"
+    template_name = "dashboard/failures.html"

@@ -1,0 +1,74 @@
+from collections import defaultdict
+from typing import Any
+
+from django.db.models import Max
+from django.utils import timezone
+
+from apps.costs.rates import live_pricing
+from apps.dashboard.views.base import DashboardPage
+from apps.failures.models import Failure
+from apps.inventory.choices import Lifecycle, Liveness
+from apps.inventory.models import Gpu, Node
+from apps.telemetry.models import LatestGpuSample
+
+NO_LEAF = "No leaf switch known"
+RECENT_FAILURES = 15
+# Colour-scale tops when the fleet has not told us better (an H100 SXM's power limit and memory).
+DEFAULT_POWER_MAX_W = 700
+DEFAULT_MEMORY_MAX_GIB = 80
+
+
+def heatmap_layout() -> list[dict[str, Any]]:
+    """The heatmap's groups, by leaf switch then hostname: ``[{leaf, nodes: [{id, hostname, type,
+    cluster, gpus}]}]``; nodes with no known leaf come last. Three queries."""
+    leaves = Node.objects.leaf_names()
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    nodes = Node.objects.with_related().order_by("hostname")
+    for node in nodes.values("id", "hostname", "node_type_id", "cluster_id", "gpu_count", "node_type__gpus_per_node"):
+        groups[leaves.get(node["id"], NO_LEAF)].append(
+            {
+                "id": node["id"],
+                "hostname": node["hostname"],
+                "type": node["node_type_id"],
+                "cluster": node["cluster_id"],
+                "gpus": node["gpu_count"] or node["node_type__gpus_per_node"],
+            }
+        )
+    return [{"leaf": leaf, "nodes": groups[leaf]} for leaf in sorted(groups, key=lambda leaf: (leaf == NO_LEAF, leaf))]
+
+
+def scale_tops() -> dict[str, int]:
+    """The top of the power and memory colour scales: the largest power limit and memory in the fleet."""
+    power = LatestGpuSample.objects.aggregate(top=Max("power_limit_w"))["top"]
+    memory = Gpu.objects.aggregate(top=Max("memory_mib"))["top"]
+    return {
+        "power": round(power) if power else DEFAULT_POWER_MAX_W,
+        "mem": round(memory / 1024) if memory else DEFAULT_MEMORY_MAX_GIB,
+    }
+
+
+class FleetPage(DashboardPage):
+    nav = "fleet"
+    template_name = "dashboard/fleet.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        counts = Node.objects.state_counts()
+        pricing = live_pricing(timezone.localdate())
+        recent = Failure.objects.with_related().alarms().order_by("-last_seen")[:RECENT_FAILURES]
+        return super().get_context_data(**kwargs) | {
+            "node_total": sum(counts["lifecycle"].values()),
+            "lifecycle_counts": [(state, counts["lifecycle"].get(state.value, 0)) for state in Lifecycle],
+            "liveness_counts": [(state, counts["liveness"].get(state.value, 0)) for state in Liveness],
+            "recent_failures": recent,
+            "pricing": pricing,
+            "fleet_page": {
+                "layout": heatmap_layout(),
+                "tops": scale_tops(),
+                "pricing": {
+                    "currency": pricing.currency,
+                    "gpu_hour": {str(k): float(v) for k, v in pricing.gpu_hour.items()},
+                    "kw_hour": {str(k): float(v) for k, v in pricing.kw_hour.items()},
+                    "unpriced": pricing.unpriced,
+                },
+            },
+        }
