@@ -28,6 +28,7 @@ from apps.failures.models import StragglerFlag
 from apps.gateway.models import DiscoveryChange, EnrollmentToken, GatewayCounter, NodeAgent, NodeCredential
 from apps.inventory.models import Cluster, Node, Rack
 from tests import factories
+from tests.dashboard.test_page_access import PAGE_ROUTES
 from tests.shared_data import rolled_back_afterwards
 
 ANONYMOUS = "anonymous"
@@ -103,6 +104,7 @@ REQUIRED_ROLE: dict[str, dict[str, str]] = {
     "/api/v1/xid-catalog/{code}": {"GET": VIEWER},
     # Telemetry: charts and the Prometheus export (scrapers use a viewer token)
     "/api/v1/nodes/{node_id}/telemetry": {"GET": VIEWER},
+    "/api/v1/telemetry/fleet": {"GET": VIEWER},
     "/metrics": {"GET": VIEWER},
     # Gateway: enrollment is authenticated by the enrollment token in its body, not by a role
     "/api/v1/agents/enroll": {"POST": PUBLIC},
@@ -154,12 +156,13 @@ def test_it_declares_no_endpoint_that_is_not_served():
 
 def test_it_serves_no_view_that_the_matrix_cannot_see():
     """A plain Django view, or a DRF view hidden from the enumerator (``schema = None``), would
-    bypass the role checks unnoticed; only the admin site, with its own staff checks, may."""
+    bypass the role checks unnoticed; only the admin site, with its own staff checks, may, and the
+    dashboard's pages, which tests/dashboard/test_page_access.py checks the same way."""
     enumerated = {callback for _, _, _, callback in EndpointEnumerator().get_api_endpoints()}
     hidden = [
         route
         for route, callback in url_patterns(get_resolver().url_patterns)
-        if not route.startswith("admin/") and callback not in enumerated
+        if not route.startswith("admin/") and callback not in enumerated and route not in PAGE_ROUTES
     ]
     assert not hidden, f"Views outside the role matrix: {hidden}"
 

@@ -227,6 +227,10 @@ class GpuMinuteRollup(GpuRollup):
     pk = models.CompositePrimaryKey("node", "bucket", "gpu_index")
     node = _node_without_constraint(on_delete=models.DO_NOTHING, related_name="+")
 
+    class Meta:
+        # The fleet's last hour (queries.fleet_history) reads every node's minutes: by bucket.
+        indexes = [models.Index(fields=["bucket"], name="gpuminuterollup_bucket")]
+
     def __str__(self) -> str:
         return f"node {self.node_id} gpu{self.gpu_index} minute {self.bucket:%Y-%m-%d %H:%M}"
 

@@ -16,6 +16,7 @@ import uvicorn
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.db import connections
 from django.test import Client
 from playwright.sync_api import Browser as PlaywrightBrowser
@@ -52,12 +53,17 @@ def _forget_published(monkeypatch) -> None:
 
 
 class LiveServer:
-    def __init__(self) -> None:
+    def __init__(self, *, static_files: bool = False) -> None:
+        """``static_files``: serve /static/ from the apps' folders, as Django's own live server does
+        (tests do not collect static files)."""
         self.port = demo.free_loopback_port()
         self.origin = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(
-            "controlplane.asgi:application", host="127.0.0.1", port=self.port, lifespan="off", log_level="warning"
-        )
+        app: Any = "controlplane.asgi:application"
+        if static_files:
+            from controlplane.asgi import application
+
+            app = ASGIStaticFilesHandler(application)
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, lifespan="off", log_level="warning")
         self._server = uvicorn.Server(config)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=asyncio.run, args=(self._serve(),), daemon=True, name="live-server")
@@ -136,8 +142,29 @@ def viewer(transactional_db) -> User:
     return User.objects.create_user("vera", password="unused-password-1", role="viewer")
 
 
+def off_the_loop(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Run ``function`` on a thread of its own and return what it returns (or raise what it raised).
+
+    Browser tests need it: Playwright's sync API keeps an asyncio loop on the test's thread, and
+    asgiref's async_to_sync, which publishing to browsers uses, refuses to run on a thread with one."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = function(*args, **kwargs)
+        except BaseException as error:  # re-raised on the caller's thread
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, name=f"off-the-loop:{getattr(function, '__name__', function)}")
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
 def group_send(group: str, message: dict[str, Any]) -> None:
-    async_to_sync(get_channel_layer().group_send)(group, message)
+    off_the_loop(async_to_sync(get_channel_layer().group_send), group, message)
 
 
 # Real headless Chromium ---------------------------------------------------------------------------
@@ -146,11 +173,17 @@ CHROMIUM = Path(os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium"))
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 
 
-@pytest.fixture(scope="session")
-def chromium() -> Iterator[PlaywrightBrowser]:
-    """Debian's Chromium driven by Playwright (never a downloaded browser); .ci/run installs it."""
+@pytest.fixture
+def chromium(monkeypatch) -> Iterator[PlaywrightBrowser]:
+    """Debian's Chromium driven by Playwright (never a downloaded browser); .ci/run installs it.
+
+    Playwright's sync API drives an asyncio loop of its own on the test's thread, which Django takes
+    for an async context and refuses database calls in. The test's code is plain synchronous code,
+    so the guard is lifted for browser tests only, and the browser lives for one test, so the loop
+    never outlives it into other tests."""
     if not CHROMIUM.exists():
         pytest.fail(f"Browser tests need Debian's chromium at {CHROMIUM} (apt-get install chromium)")
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--disable-gpu"])
         yield browser
@@ -158,11 +191,12 @@ def chromium() -> Iterator[PlaywrightBrowser]:
 
 
 @pytest.fixture
-def dashboard(asgi_server: LiveServer, settings) -> LiveServer:
-    """The ASGI server, serving static files from the apps' folders (tests do not collect them)."""
-    settings.SERVESTATIC_USE_FINDERS = True
-    settings.SERVESTATIC_AUTOREFRESH = True
-    return asgi_server
+def dashboard(transactional_db, redis_channel_layer) -> Iterator[LiveServer]:
+    """The ASGI server with the dashboard's static files."""
+    server = LiveServer(static_files=True)
+    server.start()
+    yield server
+    server.stop()
 
 
 class PageErrors:
@@ -180,9 +214,10 @@ class PageErrors:
 
 
 @pytest.fixture
-def open_page(chromium: PlaywrightBrowser, dashboard: LiveServer, request) -> Iterator[Callable[..., Page]]:
+def open_page(dashboard: LiveServer, chromium: PlaywrightBrowser) -> Iterator[Callable[..., Page]]:
     """``open_page(user, path="/", viewport=(1280, 800), dark=False)``: a signed-in tab at ``path``.
-    The test fails if any page logged a JavaScript error."""
+    The test fails if any page logged a JavaScript error. (The server comes before the browser, so
+    it and the channel layer are torn down after it, off Playwright's loop.)"""
     errors = PageErrors()
     contexts: list[BrowserContext] = []
 

@@ -5,6 +5,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from apps.costs.rates import live_pricing
+from apps.dashboard.streams import fleet_snapshot
 from apps.dashboard.views.base import DashboardPage
 from apps.failures.models import Failure
 from apps.inventory.choices import Lifecycle, Liveness
@@ -62,6 +63,9 @@ class FleetPage(DashboardPage):
             "recent_failures": recent,
             "pricing": pricing,
             "fleet_page": {
+                # The fleet stream's snapshot, in the page itself: the heatmap is drawn as soon as the
+                # script runs instead of a WebSocket round trip later (the socket's own snapshot follows).
+                "snapshot": fleet_snapshot(),
                 "layout": heatmap_layout(),
                 "tops": scale_tops(),
                 "pricing": {

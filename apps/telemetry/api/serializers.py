@@ -27,3 +27,17 @@ class NodeTelemetrySerializer(serializers.Serializer):
     start = serializers.DateTimeField()
     end = serializers.DateTimeField()
     gpus = GpuSeriesSerializer(many=True)
+
+
+class FleetPointSerializer(serializers.Serializer):
+    ts = serializers.IntegerField(help_text="Start of the minute, Unix seconds.")
+    gpus = serializers.IntegerField(help_text="GPUs that reported in the minute.")
+    util_gpu_mean = serializers.FloatField(allow_null=True, help_text="Mean utilization over every sample, %.")
+    power_w_total = serializers.FloatField(allow_null=True, help_text="Sum of the GPUs' mean power draw, W.")
+
+
+class FleetHistorySerializer(serializers.Serializer):
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+    step_s = serializers.IntegerField()
+    points = FleetPointSerializer(many=True)

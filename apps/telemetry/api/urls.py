@@ -4,4 +4,5 @@ from apps.telemetry.api import views
 
 urlpatterns = [
     path("nodes/<int:node_id>/telemetry", views.NodeTelemetryView.as_view(), name="node-telemetry"),
+    path("telemetry/fleet", views.FleetHistoryView.as_view(), name="fleet-telemetry"),
 ]

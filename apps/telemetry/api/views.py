@@ -6,8 +6,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.inventory.models import Node
-from apps.telemetry.api.serializers import NodeTelemetrySerializer, TelemetryQuerySerializer
-from apps.telemetry.queries import METRICS, WINDOWS, node_series
+from apps.telemetry.api.serializers import FleetHistorySerializer, NodeTelemetrySerializer, TelemetryQuerySerializer
+from apps.telemetry.queries import FLEET_HISTORY_SPAN, METRICS, WINDOWS, fleet_history, node_series
 
 
 class NodeTelemetryView(APIView):
@@ -31,3 +31,14 @@ class NodeTelemetryView(APIView):
             **series,
         }
         return Response(body)  # NodeTelemetrySerializer documents it; thousands of points skip its per-field cost
+
+
+class FleetHistoryView(APIView):
+    """The whole fleet's utilization and power draw, minute by minute, over the last hour (from the
+    minute rollups: the minutes still settling are not there yet)."""
+
+    @extend_schema(responses=FleetHistorySerializer)
+    def get(self, request: Request) -> Response:
+        now = timezone.now()
+        body = {"start": now - FLEET_HISTORY_SPAN, "end": now, "step_s": 60, "points": fleet_history(now=now)}
+        return Response(FleetHistorySerializer(body).data)

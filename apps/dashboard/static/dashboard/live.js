@@ -4,6 +4,7 @@
 // has arrived for STALE_AFTER_MS, "reconnecting", or "stopped" when the server refused the user.
 
 const STALE_AFTER_MS = 5000;
+const TIMINGS_KEPT = 600; // main-thread ms of the last updates, for benchmarks/dashboard.py (bounded: wall screens run for weeks)
 const BACKOFF_MS = [500, 1000, 2000, 5000, 10000, 20000];
 const SIGNED_OUT = 4401;
 const FORBIDDEN = 4403;
@@ -30,6 +31,8 @@ export class LiveSocket {
     this.lastMessageAt = 0;
     this.attempt = 0;
     this.status = document.getElementById("live-status");
+    this.bytesReceived = 0;
+    this.updateMs = []; // main-thread time of each message: parse, merge, and the page's own drawing
     this.stopped = false;
     this.connect();
     setInterval(() => this.checkStale(), 1000);
@@ -43,7 +46,13 @@ export class LiveSocket {
       this.attempt = 0;
       for (const stream of this.streams) this.socket.send(JSON.stringify(stream));
     });
-    this.socket.addEventListener("message", (event) => this.receive(JSON.parse(event.data)));
+    this.socket.addEventListener("message", (event) => {
+      const started = performance.now();
+      this.bytesReceived += event.data.length; // characters: the bytes, but for a rare non-ASCII one in a failure text
+      this.receive(JSON.parse(event.data));
+      this.updateMs.push(performance.now() - started);
+      if (this.updateMs.length > TIMINGS_KEPT) this.updateMs.shift();
+    });
     this.socket.addEventListener("close", (event) => this.closed(event.code));
   }
 

@@ -1,0 +1,195 @@
+"""The dashboard's figures in real Chromium (Debian's), against the whole product on this machine:
+the control plane (uvicorn) on PostgreSQL and Redis, and the simulated fleet (``cp-agent simulate``:
+each node a real WebSocket client sending 8 GPUs' samples a second).
+
+- ``first_render_ms``: from navigation to the fleet page's first useful render (the heatmap drawn with
+  every node's data from the fleet snapshot: the page's ``fleet-first-render`` mark, which the
+  browser times from navigation start), the median of ``--loads`` fresh loads; each load is listed.
+- ``update_main_thread_ms_p95``: the main-thread time of each live update (parse, merge, counts,
+  costs, chart, and redrawing the 8,000-cell heatmap; ``performance.now()`` around the message
+  handler, which draws synchronously) over ``--seconds``, 95th percentile; the target is a 60 Hz
+  frame, 16 ms, and ``update_budget_ratio`` is p95 / 16.
+- ``update_bytes_per_s``: what the fleet stream sent the page per second over the same span.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python benchmarks/dashboard.py
+        [--nodes 1000] [--seconds 30] [--loads 5] [--workers 2]
+
+The scratch database and the Redis database (``REDIS_URL``, default 10, flushed first) are as in
+benchmarks/telemetry.py, whose fleet and server helpers this reuses. The last line printed is JSON.
+"""
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.scratch_database import scratch_postgresql
+from benchmarks.telemetry import (
+    GPUS_PER_NODE,
+    REPO,
+    free_port,
+    percentile,
+    prepare_fleet,
+    scratch_database_url,
+    start_fleet,
+    start_server,
+)
+
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+SCRATCH_DATABASE = "bench_dashboard"
+FRAME_BUDGET_MS = 16.0
+REPORTING_TIMEOUT_S = 240  # for every node's latest samples to be stored
+VIEWPORT = {"width": 1920, "height": 1080}
+
+
+def reporting_nodes() -> int:
+    from apps.telemetry.models import LatestGpuSample
+
+    return LatestGpuSample.objects.values("node_id").distinct().count()
+
+
+def wait_for_fleet(nodes: int) -> float:
+    started = time.monotonic()
+    while (reporting := reporting_nodes()) < nodes:
+        if time.monotonic() - started > REPORTING_TIMEOUT_S:
+            raise SystemExit(f"only {reporting} of {nodes} nodes reported within {REPORTING_TIMEOUT_S} s")
+        time.sleep(2)
+    return time.monotonic() - started
+
+
+def measure_in_chromium(origin: str, session: str, *, loads: int, seconds: float) -> dict:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--disable-gpu"])
+        context = browser.new_context(base_url=origin, viewport=VIEWPORT)
+        context.add_cookies([{"name": "sessionid", "value": session, "url": origin}])
+        first_renders = []
+        for _ in range(loads):
+            page = context.new_page()
+            page.goto("/")
+            page.wait_for_function("window.cpFleetRendered !== undefined", timeout=30_000)
+            first_renders.append(
+                page.evaluate(
+                    "(() => { const nav = performance.getEntriesByType('navigation')[0]; return {"
+                    "render: performance.getEntriesByName('fleet-first-render')[0].startTime, "
+                    "first_byte: nav.responseStart, html: nav.responseEnd, bytes: nav.transferSize}; })()"
+                )
+            )
+            page.close()
+        page = context.new_page()
+        page.goto("/")
+        page.wait_for_function("window.cpFleetRendered !== undefined", timeout=30_000)
+        page.wait_for_timeout(3_000)  # past the snapshot, into the steady stream of deltas
+        start = page.evaluate("({bytes: cpFleet.live.bytesReceived, updates: cpFleet.live.updateMs.length})")
+        page.wait_for_timeout(seconds * 1000)
+        end = page.evaluate(
+            "({bytes: cpFleet.live.bytesReceived, times: cpFleet.live.updateMs.slice(), cells: "
+            "cpFleet.heatmap.blocks.reduce((n, b) => n + b.gpus, 0), live: document.body.dataset.live})"
+        )
+        browser.close()
+    updates = end["times"][start["updates"] :]
+    return {
+        "first_renders": first_renders,
+        "updates": updates,
+        "bytes": end["bytes"] - start["bytes"],
+        "cells": end["cells"],
+        "live": end["live"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=1000, help="simulated nodes, 8 GPUs each (default 1000)")
+    parser.add_argument("--seconds", type=float, default=30, help="live updates measured (default 30)")
+    parser.add_argument("--loads", type=int, default=5, help="fresh page loads timed (default 5)")
+    parser.add_argument("--workers", type=int, default=2, help="uvicorn worker processes (default 2)")
+    args = parser.parse_args()
+    if args.nodes < 1 or args.seconds <= 0 or args.loads < 1 or args.workers < 1:
+        parser.error("--nodes, --seconds, --loads and --workers must be positive")
+
+    import redis
+
+    redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
+    with tempfile.TemporaryDirectory() as work, scratch_postgresql(SCRATCH_DATABASE):
+        credentials_file = Path(work) / "fleet.json"
+        port = free_port()
+        origin = f"http://127.0.0.1:{port}"
+        _, session = prepare_fleet(args.nodes, credentials_file, origin)
+        env = {
+            **os.environ,
+            "DATABASE_URL": scratch_database_url(),
+            "DEBUG": "false",
+            "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "SECURE_SSL_REDIRECT": "false",
+            "SECURE_COOKIES": "false",
+            "PYTHONPATH": str(REPO),
+        }
+        env.pop("TEST_DATABASE_NAME", None)
+        subprocess.run(
+            [sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"], cwd=REPO, env=env, check=True
+        )
+        from django.db import connections
+
+        connections.close_all()
+        server = start_server(port, args.workers, env)
+        fleet = start_fleet(origin, credentials_file, args.nodes, 1.0, REPORTING_TIMEOUT_S + args.seconds + 120)
+        try:
+            connect_s = wait_for_fleet(args.nodes)
+            measured = measure_in_chromium(origin, session, loads=args.loads, seconds=args.seconds)
+        finally:
+            fleet.process.send_signal(signal.SIGINT)
+            fleet.process.wait(timeout=60)
+            server.send_signal(signal.SIGTERM)
+            server.wait(timeout=30)
+
+    p95 = percentile(measured["updates"], 0.95)
+    figures = {
+        "simulated": True,
+        "nodes": args.nodes,
+        "gpus": args.nodes * GPUS_PER_NODE,
+        "heatmap_cells": measured["cells"],
+        "first_render_ms": round(statistics.median(load["render"] for load in measured["first_renders"]), 1),
+        "first_render_loads_ms": [round(load["render"], 1) for load in measured["first_renders"]],
+        # Where a load's time went: the server's answer began (first byte), the HTML was in, then scripts.
+        "first_byte_ms": round(statistics.median(load["first_byte"] for load in measured["first_renders"]), 1),
+        "html_loaded_ms": round(statistics.median(load["html"] for load in measured["first_renders"]), 1),
+        "html_bytes": round(statistics.median(load["bytes"] for load in measured["first_renders"])),
+        "update_main_thread_ms_p50": percentile(measured["updates"], 0.5),
+        "update_main_thread_ms_p95": p95,
+        "update_main_thread_ms_max": round(max(measured["updates"]), 2) if measured["updates"] else None,
+        "update_budget_ratio": round(p95 / FRAME_BUDGET_MS, 3) if p95 is not None else None,
+        "updates": len(measured["updates"]),
+        "update_bytes_per_s": round(measured["bytes"] / args.seconds),
+        "measured_s": args.seconds,
+        "fleet_connect_s": round(connect_s, 1),
+        "page_status_at_end": measured["live"],
+        "server_workers": args.workers,
+        "browser": "Debian chromium, headless, 1920x1080",
+    }
+    print(f"fleet:        {args.nodes} simulated nodes x 8 GPUs at 1 sample/s ({figures['heatmap_cells']} cells drawn)")
+    print(f"first render: {figures['first_render_ms']} ms median of {args.loads} loads (target < 1000)")
+    print(f"              loads: {figures['first_render_loads_ms']}")
+    print(
+        f"              (median first byte {figures['first_byte_ms']} ms, HTML in at {figures['html_loaded_ms']} ms, "
+        f"{figures['html_bytes']:,} bytes)"
+    )
+    print(
+        f"updates:      {figures['updates']} in {args.seconds:g} s; main thread p50 "
+        f"{figures['update_main_thread_ms_p50']} ms, p95 {p95} ms (target < {FRAME_BUDGET_MS:g}), "
+        f"max {figures['update_main_thread_ms_max']} ms"
+    )
+    print(f"payload:      {figures['update_bytes_per_s']:,} bytes/s from the fleet stream")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
