@@ -126,6 +126,9 @@ def test_it_serves_the_product_with_the_printed_credentials_and_stops_cleanly(ru
     assert running_demo.get("/api/docs/")[0] == 200
     assert running_demo.get("/admin/login/")[0] == 200
     assert running_demo.get("/static/admin/css/base.css")[0] == 200
+    assert running_demo.get("/login/")[0] == 200  # the dashboard's sign-in
+    for asset in ("dashboard/app.css", "dashboard/fleet.js", "vendor/uplot/uPlot.esm.js"):
+        assert running_demo.get(f"/static/{asset}")[0] == 200, asset  # collected, served without npm
     if demo.EXAMPLE_INVENTORY.exists():  # imported into the empty database
         assert json.loads(running_demo.get("/api/v1/nodes", token)[1])["count"] > 0
     running_demo.wait_for_output(r"worker \| .*celery@\S+ ready\.")

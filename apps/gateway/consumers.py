@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from agents import protocol
 from apps.accounts.audit import record
+from apps.core.layer_slots import layer_slot
 from apps.gateway import liveness, sinks
 from apps.gateway.bookkeeping import bookkeeper
 from apps.gateway.choices import CounterCode
@@ -89,6 +90,10 @@ def client_address(scope: dict[str, Any]) -> str | None:
     return client[0] if client else None
 
 
+# How uvicorn refuses a send on a socket it has closed (see AgentConsumer._send).
+AFTER_CLOSE = "after sending 'websocket.close'"
+
+
 class AgentConsumer(AsyncWebsocketConsumer):
     credential: NodeCredential | None = None
     node: Node
@@ -110,13 +115,15 @@ class AgentConsumer(AsyncWebsocketConsumer):
             return
         self.credential, self.node = credential, credential.node
         bookkeeper().connected(credential.pk)
-        await self.channel_layer.group_add(node_group(self.node.pk), self.channel_name)
+        async with layer_slot():
+            await self.channel_layer.group_add(node_group(self.node.pk), self.channel_name)
 
     async def disconnect(self, code: int) -> None:
         if self.credential is None:
             return
         bookkeeper().disconnected(self.credential.pk)
-        await self.channel_layer.group_discard(node_group(self.node.pk), self.channel_name)
+        async with layer_slot():
+            await self.channel_layer.group_discard(node_group(self.node.pk), self.channel_name)
         if self.said_hello:
             await database_sync_to_async(_record_disconnect)(self.node.pk, self.connected_at)
 
@@ -237,9 +244,14 @@ class AgentConsumer(AsyncWebsocketConsumer):
     async def _send(self, message: protocol.Message) -> None:
         try:
             await self.send(text_data=protocol.encode(message).decode())
-        except OSError:  # the agent went away before its reply (the ASGI server's ClientDisconnected)
+        except (OSError, RuntimeError) as exc:
+            # The agent went away before its reply: the ASGI server's ClientDisconnected (an
+            # OSError), or, from uvicorn's websockets-sansio protocol once it has failed the socket
+            # itself (keepalive ping timeout), a RuntimeError about sending after the close.
             # Nothing is lost: what was stored stays stored, and the agent, not having the ack,
             # replays it on reconnect, where the seq check drops it.
+            if isinstance(exc, RuntimeError) and AFTER_CLOSE not in str(exc):
+                raise
             logger.debug("%s disconnected before its %s", self.node.hostname, type(message).__name__)
 
     # Messages from the rest of the control plane (channel layer) ----------------------------------

@@ -13,12 +13,20 @@ class _Gone:
     hostname = "gpu-001"
 
 
-def test_a_reply_to_an_agent_that_went_away_is_dropped_quietly(caplog):
+@pytest.mark.parametrize(
+    "gone",
+    [
+        ConnectionResetError("client disconnected"),  # uvicorn's ClientDisconnected is an OSError
+        # uvicorn's websockets-sansio protocol, after it failed the socket on a keepalive timeout
+        RuntimeError("Unexpected ASGI message 'websocket.send', after sending 'websocket.close'."),
+    ],
+)
+def test_a_reply_to_an_agent_that_went_away_is_dropped_quietly(caplog, gone):
     consumer = AgentConsumer()
     consumer.node = _Gone()
 
     async def disconnected(**kwargs: object) -> None:
-        raise ConnectionResetError("client disconnected")  # uvicorn's ClientDisconnected is an OSError
+        raise gone
 
     consumer.send = disconnected
     with caplog.at_level(logging.DEBUG, logger="apps.gateway.consumers"):
