@@ -291,7 +291,44 @@ def prepare_database(say: Callable[[str], None]) -> AdminCredentials:
     else:
         say(f"importing the example inventory {EXAMPLE_INVENTORY.relative_to(BASE_DIR)}")
         call_command("import_inventory", str(EXAMPLE_INVENTORY))
+        seed_example_prices(say)
     return reset_admin()
+
+
+# The price book of the demo's fleet, so its dashboard shows costs; illustrative, and labelled so.
+EXAMPLE_GPU_HOUR_USD = "2.49"  # on demand, per H100 GPU-hour
+EXAMPLE_KWH_USD = "0.12"
+EXAMPLE_PUE = "1.30"
+EXAMPLE_PRICE_NOTE = "Example price from the demo (controlplane/demo.py), not a quote."
+
+
+def seed_example_prices(say: Callable[[str], None]) -> None:
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from apps.costs.choices import PriceKind
+    from apps.costs.models import EnergyPrice, GpuPrice
+    from apps.inventory.models import Cluster, NodeType
+
+    since = timezone.localdate().replace(day=1)
+    for node_type in NodeType.objects.filter(nodes__isnull=False).distinct():
+        GpuPrice.objects.create(
+            node_type=node_type,
+            kind=PriceKind.ON_DEMAND,
+            hourly_price_per_gpu=Decimal(EXAMPLE_GPU_HOUR_USD),
+            valid_from=since,
+            notes=EXAMPLE_PRICE_NOTE,
+        )
+    for cluster in Cluster.objects.all():
+        EnergyPrice.objects.create(
+            cluster=cluster,
+            price_per_kwh=Decimal(EXAMPLE_KWH_USD),
+            pue=Decimal(EXAMPLE_PUE),
+            valid_from=since,
+            notes=EXAMPLE_PRICE_NOTE,
+        )
+    say(f"example prices: ${EXAMPLE_GPU_HOUR_USD}/GPU-hour on demand, ${EXAMPLE_KWH_USD}/kWh at PUE {EXAMPLE_PUE}")
 
 
 def close_database_connections() -> None:

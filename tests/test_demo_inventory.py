@@ -49,3 +49,22 @@ def test_it_issues_each_example_node_a_fresh_credential_on_every_start(tmp_path)
     assert not any(NodeCredential.authenticate(node["credential"]) for node in first["nodes"])
     assert AuditLogEntry.objects.filter(action="node_credential.revoke").count() == demo.FLEET_NODES
     assert said == []
+
+
+def test_it_prices_the_example_fleet_so_the_dashboard_shows_costs_labelled_as_examples():
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from apps.costs.models import EnergyPrice, GpuPrice
+    from apps.costs.rates import live_pricing
+
+    import_inventory(load_document(demo.EXAMPLE_INVENTORY.read_text(), "yaml"), actor="tester")
+    said: list[str] = []
+    demo.seed_example_prices(said.append)
+
+    pricing = live_pricing(timezone.localdate())
+    assert (pricing.currency, pricing.unpriced) == ("USD", [])
+    assert list(pricing.gpu_hour.values()) == [Decimal("2.49")]
+    assert all("Example price" in price.notes for price in [*GpuPrice.objects.all(), *EnergyPrice.objects.all()])
+    assert "2.49" in said[0]

@@ -1,4 +1,4 @@
-"""The list endpoints cost the same number of queries for 10 nodes as for 500.
+"""The list endpoints and the dashboard's pages cost the same number of queries for 10 nodes as for 500.
 
 A module-scoped fleet is built once in bulk: the query count of each endpoint is measured at 10
 nodes, the fleet grows to 500, and each test asserts the same count (and that the answer grew).
@@ -142,6 +142,9 @@ class Measured:
 
 
 def rows_in(response) -> int:
+    """What the answer holds: rows of a JSON list, or the bytes of a page (which grow with its rows)."""
+    if response["Content-Type"].startswith("text/html"):
+        return len(response.content)
     body = response.json()
     if isinstance(body, dict) and "results" in body:
         return len(body["results"])
@@ -164,6 +167,8 @@ ENDPOINTS = {
     "nodes under a leaf": "/api/v1/switches/{leaf}/nodes",
     "siblings of a node": "/api/v1/nodes/{node}/siblings",
     "theoretical busbw of a cluster": "/api/v1/fabric/theoretical-busbw?cluster={cluster}",
+    # The dashboard's pages
+    "fleet page": "/",
 }
 
 

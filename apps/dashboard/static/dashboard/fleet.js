@@ -54,7 +54,14 @@ const money = page.pricing.currency
   : null;
 
 function renderCosts(fleet) {
-  if (!money) return;
+  if (!money) {
+    for (const id of ["cost-capacity", "cost-energy", "cost-idle"]) {
+      const element = document.getElementById(id);
+      element.classList.add("unpriced");
+      setText(element, "not priced");
+    }
+    return;
+  }
   let capacity = 0;
   let energy = 0;
   let idle = 0;
@@ -101,7 +108,7 @@ async function makeChart(container) {
       { label: "Utilization", stroke: cssVar("--accent"), width: 1.5, scale: "%", value: (_, v) => (v === null ? "–" : `${v.toFixed(1)} %`) },
       { label: "Power", stroke: cssVar("--error"), width: 1.5, scale: "kW", value: (_, v) => (v === null ? "–" : `${v.toFixed(1)} kW`) },
     ],
-    scales: { "%": { range: [0, 100] } },
+    scales: { "%": { range: [0, 100] }, kW: { range: (_, min, max) => [0, Math.max(1, max * 1.15)] } },
     axes: [
       { stroke: cssVar("--muted"), grid: { stroke: cssVar("--border") } },
       { scale: "%", stroke: cssVar("--muted"), grid: { stroke: cssVar("--border") }, values: (_, ticks) => ticks.map((t) => `${t} %`) },

@@ -13,8 +13,12 @@ export const METRICS = {
   mem: { label: "Memory used", unit: "GiB", low: 0, high: (tops) => tops.mem },
   errors: { label: "Open alarms on the GPU", unit: "", low: 0, high: () => 1 },
 };
+function rootFontPx() {
+  return parseFloat(getComputedStyle(document.documentElement).fontSize);
+}
+
 const OUTLINE_WIDTH = { critical: 3, error: 2, warning: 1.5, info: 1 };
-const GROUP_LABEL_PX = 18;
+const MAX_CELL_PX = 44; // a few nodes on a wall screen still make a readable grid
 const MAX_HEIGHT_SHARE = 0.62; // of the window: the charts and failures stay in view on a wall screen
 
 export class Heatmap {
@@ -41,7 +45,7 @@ export class Heatmap {
     const width = this.canvas.parentElement.clientWidth;
     if (!width) return;
     let placed = null;
-    for (let cell = 28; cell >= 3; cell -= 1) {
+    for (let cell = MAX_CELL_PX; cell >= 3; cell -= 1) {
       placed = this.place(width, cell);
       if (placed.height <= window.innerHeight * MAX_HEIGHT_SHARE) break;
     }
@@ -57,12 +61,13 @@ export class Heatmap {
 
   place(width, cell) {
     const gap = Math.max(2, Math.round(cell / 2));
+    const labelPx = Math.round(1.3 * rootFontPx());
     const blocks = [];
     const labels = [];
     let y = 0;
     for (const group of this.layout) {
-      labels.push({ text: `${group.leaf} · ${group.nodes.length} nodes`, y: y + GROUP_LABEL_PX - 5 });
-      y += GROUP_LABEL_PX;
+      labels.push({ text: `${group.leaf} · ${group.nodes.length} nodes`, y: y + labelPx - 5 });
+      y += labelPx;
       let x = 0;
       for (const node of group.nodes) {
         const blockWidth = node.gpus * cell;
@@ -96,7 +101,7 @@ export class Heatmap {
     const outline = cssVar("--outline");
     context.setTransform(this.scale, 0, 0, this.scale, 0, 0);
     context.clearRect(0, 0, this.canvas.width, this.canvas.height);
-    context.font = `12px ${cssVar("--font")}`;
+    context.font = `${Math.round(0.8 * rootFontPx())}px ${cssVar("--font")}`;
     context.fillStyle = cssVar("--muted");
     for (const label of this.groupLabels) context.fillText(label.text, 0, label.y);
     for (const block of this.blocks) {
