@@ -38,7 +38,7 @@ from benchmarks.telemetry import (
     free_port,
     percentile,
     prepare_fleet,
-    scratch_database_url,
+    server_environment,
     start_fleet,
     start_server,
 )
@@ -124,16 +124,7 @@ def main() -> None:
         port = free_port()
         origin = f"http://127.0.0.1:{port}"
         _, session = prepare_fleet(args.nodes, credentials_file, origin)
-        env = {
-            **os.environ,
-            "DATABASE_URL": scratch_database_url(),
-            "DEBUG": "false",
-            "ALLOWED_HOSTS": "127.0.0.1,localhost",
-            "SECURE_SSL_REDIRECT": "false",
-            "SECURE_COOKIES": "false",
-            "PYTHONPATH": str(REPO),
-        }
-        env.pop("TEST_DATABASE_NAME", None)
+        env = server_environment()
         subprocess.run(
             [sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"], cwd=REPO, env=env, check=True
         )

@@ -136,6 +136,21 @@ def prepare_fleet(nodes: int, credentials_file: Path, server_url: str) -> tuple[
     return [node.pk for node in rows], browser.cookies["sessionid"].value
 
 
+def server_environment() -> dict[str, str]:
+    """The control plane's environment: the scratch database, production settings over plain HTTP."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": scratch_database_url(),
+        "DEBUG": "false",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "SECURE_SSL_REDIRECT": "false",
+        "SECURE_COOKIES": "false",
+        "PYTHONPATH": str(REPO),
+    }
+    env.pop("TEST_DATABASE_NAME", None)
+    return env
+
+
 def start_server(port: int, workers: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "uvicorn", "controlplane.asgi:application", "--host", "127.0.0.1"]
     command += ["--port", str(port), "--lifespan", "off", "--log-level", "warning", "--workers", str(workers)]
@@ -360,16 +375,7 @@ def main() -> None:
         port = free_port()
         server_url = f"http://127.0.0.1:{port}"
         node_ids, session = prepare_fleet(args.nodes, credentials_file, server_url)
-        env = {
-            **os.environ,
-            "DATABASE_URL": scratch_database_url(),
-            "DEBUG": "false",
-            "ALLOWED_HOSTS": "127.0.0.1,localhost",
-            "SECURE_SSL_REDIRECT": "false",
-            "SECURE_COOKIES": "false",
-            "PYTHONPATH": str(REPO),
-        }
-        env.pop("TEST_DATABASE_NAME", None)
+        env = server_environment()
         from django.db import connections
 
         connections.close_all()
