@@ -19,7 +19,11 @@ Volumes at the 1,000-node scale (8 GPUs each, one sample a second) set the shape
   cursor (TelemetryCursor), advanced in the same transaction as the rows.
 """
 
+from typing import Any
+
 from django.db import models
+from django.db.models import Avg, F, Max, Sum, Window
+from django.db.models.functions import RowNumber
 
 from apps.inventory.models import Node
 
@@ -132,6 +136,21 @@ class GpuSample(GpuMetrics):
         return f"node {self.node_id} gpu{self.gpu_index} @ {self.ts:%Y-%m-%d %H:%M:%S}"
 
 
+class LatestGpuSampleQuerySet(models.QuerySet["LatestGpuSample"]):
+    def node_summaries(self) -> dict[int, dict[str, Any]]:
+        """Each node's newest reading in brief, by node id: ``util_gpu_mean`` (%), ``power_w_total``
+        (W), ``temp_c_max`` (°C) and ``ts`` (the newest sample's time), as the live fleet stream
+        summarises a sample (values a GPU does not report are left out; all missing: None). One query."""
+        rows = (
+            self.values("node_id")
+            .annotate(
+                util_gpu_mean=Avg("util_gpu"), power_w_total=Sum("power_w"), temp_c_max=Max("temp_c"), ts=Max("ts")
+            )
+            .order_by()
+        )
+        return {row.pop("node_id"): row for row in rows}
+
+
 class LatestGpuSample(GpuMetrics):
     """The newest sample of each GPU: what /metrics and the fleet view read without touching the
     raw table. Upserted by the writer in the same transaction as the raw rows, every 5 s of sample
@@ -147,8 +166,18 @@ class LatestGpuSample(GpuMetrics):
     pk = models.CompositePrimaryKey("node", "gpu_index")
     node = _node_without_constraint(on_delete=models.CASCADE, related_name="latest_gpu_samples")
 
+    objects = LatestGpuSampleQuerySet.as_manager()
+
     def __str__(self) -> str:
         return f"latest node {self.node_id} gpu{self.gpu_index}"
+
+
+class PortSampleQuerySet(models.QuerySet["PortSample"]):
+    def newest_per_port(self) -> "PortSampleQuerySet":
+        """The newest of these samples for each device and port, by device and port: one query. Bound
+        the rows by node and time first: a port's raw samples go back two days."""
+        newest_first = Window(RowNumber(), partition_by=[F("device"), F("port")], order_by=F("ts").desc())
+        return self.annotate(recency=newest_first).filter(recency=1).order_by("device", "port")
 
 
 class PortSample(models.Model):
@@ -166,6 +195,8 @@ class PortSample(models.Model):
     link_downed = models.BigIntegerField(null=True)
     rcv_errors = models.BigIntegerField(null=True)
     received_at = models.DateTimeField()
+
+    objects = PortSampleQuerySet.as_manager()
 
     class Meta:
         indexes = [models.Index(fields=["node", "ts"], name="portsample_node_ts")]

@@ -1,11 +1,302 @@
+"""The nodes list and one node's page.
+
+Both read what they show in a fixed number of queries, whatever the number of nodes, GPUs, ports,
+failures or lifecycle changes (tests/test_query_counts.py), and their scripts keep them live from
+``ws/live``. Lifecycle actions go through the REST API, which checks the role again.
+"""
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.utils import timezone
+
+from apps.dashboard.streams import alarm_rows, alarm_summary
 from apps.dashboard.views.base import DashboardPage
+from apps.failures import xid as catalog
+from apps.failures.choices import ACTIVE_STATES, Severity
+from apps.failures.models import Failure
+from apps.inventory.choices import Lifecycle, Liveness, SwitchTier
+from apps.inventory.filtersets import NodeFilterSet
+from apps.inventory.models import Cluster, Gpu, NetworkPort, Node, NodeType, Switch
+from apps.inventory.models.nodes import LIFECYCLE_TRANSITIONS, REASON_REQUIRED
+from apps.telemetry import throttle
+from apps.telemetry.models import LatestGpuSample, PortSample
+from apps.telemetry.queries import METRICS, WINDOWS
+
+# The lifecycle actions each page offers operators (REST actions of /api/v1/nodes/<id>/), and where
+# they take a node. Retiring is final and the admin's call: it stays in the API and the admin.
+ACTION_TARGETS = {
+    "quarantine": Lifecycle.QUARANTINED,
+    "drain": Lifecycle.DRAINED,
+    "return_to_service": Lifecycle.IN_SERVICE,
+}
+BULK_ACTIONS = ("quarantine", "return_to_service")
+# The list's filters, named as the REST API's /nodes filters are (the same filter set serves both).
+LIST_FILTERS = ("q", "lifecycle", "liveness", "cluster_name", "node_type_name", "leaf_switch_name")
+LIFECYCLE_ORDER = {state.value: rank for rank, state in enumerate(Lifecycle)}
+LIVENESS_ORDER = {Liveness.ONLINE: 0, Liveness.UNREACHABLE: 1, Liveness.UNKNOWN: 2}
+
+RESOLVED_SHOWN = 20
+TRANSITIONS_SHOWN = 50
+PORT_SAMPLE_MAX_AGE = timedelta(minutes=15)  # an older port sample is not "the port's state now"
+WINDOW_LABELS = {"15m": "15 min", "24h": "24 h", "30d": "30 days"}
+CHARTS = (  # (metric of the chart API, title); units come from the API
+    ("util_gpu", "GPU utilization"),
+    ("power_w", "Power"),
+    ("temp_c", "Temperature"),
+    ("mem_used_mib", "Memory used"),
+    ("sm_clock_mhz", "SM clock"),
+    ("util_mem", "Memory controller utilization"),
+)
+
+
+def lifecycle_actions(names: tuple[str, ...]) -> list[dict[str, Any]]:
+    """What the pages' scripts need to offer and run each action."""
+    return [
+        {
+            "name": name,
+            "label": name.replace("_", " ").capitalize(),
+            "path": name.replace("_", "-"),
+            "target": target.value,
+            "target_label": target.label,
+            "reason_required": target in REASON_REQUIRED,
+        }
+        for name, target in ACTION_TARGETS.items()
+        if name in names
+    ]
+
+
+def state_labels() -> dict[str, dict[str, str]]:
+    return {"lifecycle": dict(Lifecycle.choices), "liveness": dict(Liveness.choices)}
+
+
+def severity_rank(severity: str | None) -> int:
+    return Severity(severity).rank if severity else -1
+
+
+@dataclass
+class NodeRow:
+    node: Node
+    leaf: str
+    alarms: dict[str, Any]
+    telemetry: dict[str, Any]
+
+    @property
+    def online(self) -> bool:
+        return self.node.liveness == Liveness.ONLINE
+
+    @property
+    def last_seen(self) -> Any:
+        times = [t for t in (self.node.last_seen_at, self.telemetry.get("ts")) if t is not None]
+        return max(times, default=None)
+
+    @property
+    def power_kw(self) -> float | None:
+        power = self.telemetry.get("power_w_total")
+        return None if power is None else power / 1000
+
+    @property
+    def lifecycle_rank(self) -> int:
+        return LIFECYCLE_ORDER[self.node.lifecycle]
+
+    @property
+    def liveness_rank(self) -> int:
+        return LIVENESS_ORDER[self.node.liveness]
+
+    @property
+    def alarm_rank(self) -> int:
+        """Sorts the worst first: severity, then how many."""
+        return (severity_rank(self.alarms["severity"]) + 1) * 10_000 + self.alarms["alarms"]
 
 
 class NodesPage(DashboardPage):
+    """Every node, searchable and filtered by the query string (``?lifecycle=quarantined`` from the
+    fleet page's counts), with live utilization, power and temperature columns."""
+
     nav = "nodes"
     template_name = "dashboard/nodes.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        filters = NodeFilterSet(self.request.GET, queryset=Node.objects.all())
+        selected = filters.qs
+        ids = selected.values("pk")
+        leaves = Node.objects.filter(pk__in=ids).leaf_names()
+        telemetry = LatestGpuSample.objects.filter(node_id__in=ids).node_summaries()
+        alarms: dict[int, list[tuple[str, int | None, str]]] = {}
+        for node_id, *alarm in alarm_rows(Failure.objects.filter(node_id__in=ids)):
+            alarms.setdefault(node_id, []).append(tuple(alarm))
+        rows = [
+            NodeRow(node, leaves.get(node.pk, ""), alarm_summary(alarms.get(node.pk, [])), telemetry.get(node.pk, {}))
+            for node in selected.with_related().order_by("hostname")
+        ]
+        values = {name: self.request.GET.getlist(name) for name in LIST_FILTERS}
+        return super().get_context_data(**kwargs) | {
+            "rows": rows,
+            "node_total": Node.objects.count(),
+            "filtered": any(any(v.strip() for v in value) for value in values.values()),
+            "filter_values": {name: (value[0] if value else "") for name, value in values.items()},
+            "filter_errors": [str(error) for errors in filters.errors.values() for error in errors],
+            "lifecycle_choices": Lifecycle.choices,
+            "liveness_choices": Liveness.choices,
+            "clusters": Cluster.objects.values_list("name", flat=True).order_by("name"),
+            "node_types": NodeType.objects.values_list("name", flat=True).order_by("name"),
+            "leaf_switches": Switch.objects.filter(tier=SwitchTier.LEAF)
+            .values_list("name", flat=True)
+            .order_by("name"),
+            "nodes_page": {
+                "labels": state_labels(),
+                "lifecycle_order": LIFECYCLE_ORDER,
+                "liveness_order": LIVENESS_ORDER,
+                "filters": {name: values[name] for name in ("lifecycle", "liveness")},
+                "actions": lifecycle_actions(BULK_ACTIONS),
+            },
+        }
+
+
+# One node ------------------------------------------------------------------------------------------
+
+
+# Error counters of the GPU table, in column order: (field, what makes a value bad). "error": the GPU
+# lost data or memory (page someone); "warning": a link or bus retrying (watch it grow).
+GPU_COUNTERS: tuple[tuple[str, str], ...] = (
+    ("ecc_corrected_volatile", ""),
+    ("ecc_uncorrected_volatile", "error"),
+    ("ecc_corrected_aggregate", ""),
+    ("ecc_uncorrected_aggregate", "error"),
+    ("retired_pages_pending", "error"),
+    ("remapped_rows_correctable", ""),
+    ("remapped_rows_uncorrectable", "error"),
+    ("remapped_rows_pending", "warning"),
+    ("remapped_rows_failed", "error"),
+    ("pcie_replay_count", "warning"),
+    ("nvlink_crc_errors", "warning"),
+    ("nvlink_replay_errors", "warning"),
+    ("nvlink_recovery_errors", "warning"),
+)
+LEVEL_CLASS = {"error": "bad", "warning": "warn"}
+
+
+@dataclass
+class GpuRow:
+    index: int
+    gpu: Gpu | None  # None: the agent reports a GPU the inventory does not list
+    sample: LatestGpuSample | None  # None: never reported
+
+    @property
+    def clock_events(self) -> list[throttle.ClockEventReason]:
+        return throttle.decode(self.sample.throttle_reasons if self.sample else None)
+
+    @property
+    def counters(self) -> list[tuple[Any, str]]:
+        """Each error counter's value (None: not reported) and its CSS class when it is not zero."""
+        values = [(getattr(self.sample, name, None), LEVEL_CLASS.get(level, "")) for name, level in GPU_COUNTERS]
+        return [(value, level if value else "") for value, level in values]
+
+    @property
+    def recovery_action(self) -> str:
+        value = self.sample.recovery_action if self.sample else None
+        return "" if not value else catalog.recovery_action(value).text
+
+
+@dataclass
+class PortRow:
+    name: str  # "mlx5_0/1"
+    port: NetworkPort | None  # None: reported by the agent, not in the inventory
+    sample: PortSample | None  # None: no sample in the last PORT_SAMPLE_MAX_AGE
+
+    @property
+    def state(self) -> str:
+        return self.sample.state if self.sample else (self.port.link_state if self.port else "unknown")
+
+    @property
+    def peer(self) -> str:
+        """The switch port it is cabled to, as ``switch:port`` (templates cannot read ``_`` names)."""
+        peer = self.port._peer_switch_port if self.port else None
+        return f"{peer.switch.name}:{peer.name}" if peer else ""
+
+
+def gpu_rows(node: Node) -> list[GpuRow]:
+    """The inventory's GPUs and the agent's newest sample of each, by index: two queries."""
+    gpus = {gpu.index: gpu for gpu in node.gpus.all()}
+    samples = {sample.gpu_index: sample for sample in LatestGpuSample.objects.filter(node=node)}
+    return [GpuRow(index, gpus.get(index), samples.get(index)) for index in sorted(gpus.keys() | samples.keys())]
+
+
+def port_rows(node: Node, now: Any) -> list[PortRow]:
+    """The inventory's ports and the newest sample of each from the last minutes: two queries."""
+    ports = {
+        (port.device_name, port.port_num): port
+        for port in NetworkPort.objects.filter(node=node).select_related("_peer_switch_port__switch")
+    }
+    recent = PortSample.objects.filter(node=node, ts__gte=now - PORT_SAMPLE_MAX_AGE, ts__lte=now)
+    samples = {(sample.device, sample.port): sample for sample in recent.newest_per_port()}
+    return [
+        PortRow(f"{device}/{number}", ports.get((device, number)), samples.get((device, number)))
+        for device, number in sorted(ports.keys() | samples.keys())
+    ]
+
+
+def nvlink_rows(node: Node) -> list[dict[str, Any]]:
+    """Node.nvlink_matrix() as table rows: a link with lanes but no bandwidth is down."""
+    matrix = node.nvlink_matrix()
+    return [
+        {
+            "index": index,
+            "cells": [
+                {"label": label, "bandwidth": bandwidth, "down": lanes is not None and not bandwidth}
+                for label, lanes, bandwidth in zip(
+                    matrix["labels"][i], matrix["lanes"][i], matrix["bandwidth_gbs"][i], strict=True
+                )
+            ],
+        }
+        for i, index in enumerate(matrix["gpu_indices"])
+    ]
 
 
 class NodePage(DashboardPage):
     nav = "nodes"
     template_name = "dashboard/node.html"
+
+    def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        self.node = Node.objects.with_related().filter(pk=kwargs["pk"]).first()
+        if self.node is None:
+            context = super().get_context_data(missing_id=kwargs["pk"])
+            return TemplateResponse(request, "dashboard/node_missing.html", context, status=404)
+        return super().get(request, *args, **kwargs)
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        node, now = self.node, timezone.now()
+        failures = Failure.objects.with_related().filter(node=node)
+        active = list(failures.filter(state__in=ACTIVE_STATES).order_by("-last_seen", "-id"))
+        resolved = list(failures.exclude(state__in=ACTIVE_STATES).order_by("-resolved_at", "-id")[:RESOLVED_SHOWN])
+        gpus = gpu_rows(node)
+        window = self.request.GET.get("window", "15m")
+        return super().get_context_data(**kwargs) | {
+            "node": node,
+            "leaves": list(node.leaf_switches().values_list("name", flat=True).order_by("name")),
+            "alarms": alarm_summary([(f.severity, f.gpu_index, f.kind) for f in active if not f.is_side_effect]),
+            "active_failures": active,
+            "resolved_failures": resolved,
+            "gpus": gpus,
+            "nvlink": nvlink_rows(node),
+            "ports": port_rows(node, now),
+            "transitions": list(node.transitions.all()[:TRANSITIONS_SHOWN]),
+            "transitions_shown": TRANSITIONS_SHOWN,
+            "allowed": node.allowed_transitions(),
+            "actions": lifecycle_actions(tuple(ACTION_TARGETS)),
+            "charts": CHARTS,
+            "windows": [(name, WINDOW_LABELS[name]) for name in WINDOWS],
+            "node_page": {
+                "node": node.pk,
+                "hostname": node.hostname,
+                "labels": state_labels(),
+                "transitions": {state: sorted(targets) for state, targets in LIFECYCLE_TRANSITIONS.items()},
+                "actions": lifecycle_actions(tuple(ACTION_TARGETS)),
+                "charts": [{"metric": metric, "title": title, "unit": METRICS[metric]} for metric, title in CHARTS],
+                "window": window if window in WINDOWS else "15m",
+                "gpus": [row.index for row in gpus],
+            },
+        }

@@ -1,0 +1,319 @@
+// One node: per-GPU charts from the chart API (15 min, 24 h, 30 days), the 15-minute window kept
+// live from the node stream, its state, GPU values and failures live too, and the operators' actions.
+
+import uPlot from "../vendor/uplot/uPlot.esm.js";
+import { api, escapeHtml, toast } from "./api.js";
+import { ActionDialog, refusal, transition } from "./lifecycle.js";
+import { LiveSocket } from "./live.js";
+import { cssVar } from "./scale.js";
+import { isDark } from "./theme.js";
+import { localiseTimes, showTime } from "./when.js";
+
+const page = JSON.parse(document.getElementById("node-page").textContent);
+const canOperate = document.body.dataset.canOperate === "true";
+const LIVE_WINDOW = "15m";
+const LIVE_SPAN_S = 15 * 60;
+const REFRESH_LONG_WINDOWS_MS = 5 * 60 * 1000; // their points are 5 min and 2 h apart
+
+localiseTimes();
+
+// Charts ------------------------------------------------------------------------------------------
+// Okabe and Ito's palette: told apart with the common colour-vision deficiencies. Its black and its
+// yellow swap for readable ones on each theme's background; a ninth GPU onwards is dashed.
+const PALETTE = {
+  light: ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#1B1F24", "#B39C00"],
+  dark: ["#56B4E9", "#E69F00", "#2BC29A", "#E08DBF", "#3D8FD6", "#FF7F3F", "#E6E9EE", "#F0E442"],
+};
+// How each chart shows its metric: the API's unit, or a friendlier one.
+const DISPLAY = {
+  util_gpu: { unit: "%", digits: 0, range: [0, 100] },
+  util_mem: { unit: "%", digits: 0, range: [0, 100] },
+  power_w: { unit: "W", digits: 0 },
+  temp_c: { unit: "°C", digits: 0 },
+  mem_used_mib: { unit: "GiB", digits: 1, factor: 1 / 1024 },
+  sm_clock_mhz: { unit: "MHz", digits: 0 },
+};
+
+let currentWindow = page.window;
+const charts = new Map(); // metric → {figure, data, plot}
+const liveBuffer = []; // [t, {gpu index: {metric: value}}] of the last 15 minutes, newest last
+
+function chartHeight() {
+  return Math.round(parseFloat(getComputedStyle(document.documentElement).fontSize) * 12);
+}
+
+function format(metric, value) {
+  const display = DISPLAY[metric];
+  return value === null || value === undefined ? "–" : `${value.toFixed(display.digits)} ${display.unit}`;
+}
+
+function makePlot(metric, figure, data) {
+  const palette = PALETTE[isDark() ? "dark" : "light"];
+  const axis = { stroke: cssVar("--muted"), grid: { stroke: cssVar("--border"), width: 1 }, ticks: { stroke: cssVar("--border"), width: 1 } };
+  const display = DISPLAY[metric];
+  const options = {
+    width: figure.querySelector(".plot").clientWidth,
+    height: chartHeight(),
+    cursor: { sync: { key: `node-${page.node}` } }, // hovering one chart shows the same moment on all
+    scales: { x: { time: true }, y: display.range ? { range: display.range } : { auto: true } },
+    axes: [axis, { ...axis, size: 64, values: (_, ticks) => ticks.map((tick) => `${tick} ${display.unit}`) }],
+    series: [
+      {},
+      ...page.gpus.map((index, i) => ({
+        label: `GPU ${index}`,
+        stroke: palette[i % palette.length],
+        dash: i >= palette.length ? [6, 4] : undefined,
+        width: 1.5,
+        points: { show: false },
+        value: (_, value) => format(metric, value),
+      })),
+    ],
+  };
+  return new uPlot(options, data, figure.querySelector(".plot"));
+}
+
+function emptyData() {
+  return [[], ...page.gpus.map(() => [])];
+}
+
+/** The chart API's answer as uPlot's columns: the times every GPU has a point at, and each GPU's
+ *  mean there (null where that GPU has none, which draws a gap: no data is not zero). */
+function columns(metric, answer) {
+  const factor = DISPLAY[metric].factor ?? 1;
+  const times = [...new Set(answer.gpus.flatMap((gpu) => gpu.points.map((point) => point[0])))].sort((a, b) => a - b);
+  const position = new Map(times.map((t, i) => [t, i]));
+  const series = new Map(answer.gpus.map((gpu) => [gpu.index, gpu.points]));
+  return [times, ...page.gpus.map((index) => {
+    const column = new Array(times.length).fill(null);
+    for (const [t, , mean] of series.get(index) ?? []) column[position.get(t)] = mean * factor;
+    return column;
+  })];
+}
+
+function appendPoint(metric, data, t, gpus) {
+  if (data[0].length && t <= data[0].at(-1)) return false;
+  const factor = DISPLAY[metric].factor ?? 1;
+  data[0].push(t);
+  page.gpus.forEach((index, i) => {
+    const value = gpus[index]?.[metric];
+    data[i + 1].push(value === null || value === undefined ? null : value * factor);
+  });
+  while (data[0].length && data[0][0] < t - LIVE_SPAN_S) for (const column of data) column.shift();
+  return true;
+}
+
+async function loadWindow(name) {
+  currentWindow = name;
+  for (const button of document.querySelectorAll("[data-window]")) button.setAttribute("aria-pressed", String(button.dataset.window === name));
+  const url = new URL(location.href);
+  url.searchParams.set("window", name);
+  history.replaceState(null, "", url);
+  const status = document.getElementById("chart-status");
+  status.textContent = "loading…";
+  try {
+    const answers = await Promise.all(page.charts.map((chart) => api("GET", `nodes/${page.node}/telemetry?window=${name}&metric=${chart.metric}`)));
+    if (name !== currentWindow) return; // the user picked another window meanwhile
+    let points = 0;
+    page.charts.forEach((chart, i) => {
+      const entry = charts.get(chart.metric);
+      entry.data = columns(chart.metric, answers[i]);
+      points += entry.data[0].length;
+      if (name === LIVE_WINDOW) for (const [t, gpus] of liveBuffer) appendPoint(chart.metric, entry.data, t, gpus);
+      entry.plot.setData(entry.data);
+    });
+    const source = { raw: "raw samples", minute: "1-minute rollups", hour: "hourly rollups" }[answers[0].source] ?? answers[0].source;
+    status.textContent = points || liveBuffer.length
+      ? `${name === LIVE_WINDOW ? "live, " : ""}from ${source}, ${answers[0].step_s} s per point`
+      : "no telemetry stored for this window";
+  } catch (error) {
+    status.textContent = "could not load";
+    toast(`Charts: ${error.message}`);
+  }
+}
+
+function buildCharts() {
+  for (const chart of page.charts) {
+    const figure = document.querySelector(`figure[data-metric="${chart.metric}"]`);
+    figure.querySelector("figcaption").textContent = `${chart.title} (${DISPLAY[chart.metric].unit})`;
+    const entry = { figure, data: emptyData() };
+    entry.plot = makePlot(chart.metric, figure, entry.data);
+    charts.set(chart.metric, entry);
+    new ResizeObserver(() => entry.plot.setSize({ width: figure.querySelector(".plot").clientWidth, height: chartHeight() })).observe(figure);
+  }
+}
+
+window.addEventListener("themechange", () => {
+  for (const [metric, entry] of charts) {
+    entry.plot.destroy();
+    entry.plot = makePlot(metric, entry.figure, entry.data);
+  }
+});
+for (const button of document.querySelectorAll("[data-window]")) button.addEventListener("click", () => loadWindow(button.dataset.window));
+setInterval(() => { if (currentWindow !== LIVE_WINDOW && !document.hidden) loadWindow(currentWindow); }, REFRESH_LONG_WINDOWS_MS);
+
+// Live state --------------------------------------------------------------------------------------
+let lastPointAt = 0;
+
+function liveTelemetry(state) {
+  if (!state.ts || state.ts <= lastPointAt) return;
+  lastPointAt = state.ts;
+  const gpus = structuredClone(state.gpus ?? {});
+  liveBuffer.push([state.ts, gpus]);
+  while (liveBuffer.length && liveBuffer[0][0] < state.ts - LIVE_SPAN_S) liveBuffer.shift();
+  if (currentWindow === LIVE_WINDOW) {
+    for (const [metric, entry] of charts) if (appendPoint(metric, entry.data, state.ts, gpus)) entry.plot.setData(entry.data);
+  }
+  for (const [index, values] of Object.entries(gpus)) {
+    for (const cell of document.querySelectorAll(`#gpus tr[data-gpu="${index}"] [data-g]`)) {
+      const value = values[cell.dataset.g];
+      const text = value === null || value === undefined ? "–" : String(Math.round(value));
+      const shown = cell.dataset.g === "util_gpu" ? `${text} %` : cell.dataset.g === "temp_c" ? `${text} °C` : cell.dataset.g === "sm_clock_mhz" ? `${text} MHz` : text;
+      if (cell.textContent !== shown) cell.textContent = shown;
+    }
+  }
+  const seen = document.getElementById("node-seen");
+  if (!seen.dateTime || new Date(seen.dateTime).getTime() < state.ts * 1000) showTime(seen, new Date(state.ts * 1000));
+}
+
+function liveHeader(state) {
+  const labels = page.labels;
+  const lifecycle = document.getElementById("node-lifecycle");
+  if (lifecycle.textContent !== labels.lifecycle[state.lifecycle]) {
+    lifecycle.className = `pill lc-${state.lifecycle}`;
+    lifecycle.textContent = labels.lifecycle[state.lifecycle] ?? state.lifecycle;
+    showAllowedActions(state.lifecycle);
+  }
+  const liveness = document.getElementById("node-liveness");
+  liveness.className = `pill state-${state.liveness}`;
+  liveness.textContent = labels.liveness[state.liveness] ?? state.liveness;
+  const alarms = state.alarms ?? 0;
+  document.getElementById("node-alarms").innerHTML = alarms
+    ? `<a class="pill sev-${escapeHtml(state.severity)}" href="#failures">${alarms} open alarm${alarms === 1 ? "" : "s"}</a>`
+    : "";
+}
+
+function showAllowedActions(lifecycle) {
+  const allowed = new Set(page.transitions[lifecycle] ?? []);
+  let any = false;
+  for (const action of page.actions) {
+    const button = document.querySelector(`#node-actions [data-action="${action.name}"]`);
+    if (!button) continue;
+    button.hidden = !allowed.has(action.target);
+    any ||= !button.hidden;
+  }
+  const none = document.getElementById("no-actions");
+  if (none) none.hidden = any;
+}
+
+// Failures: rows as includes/node_failure_row.html writes them --------------------------------------
+function when(iso) {
+  return iso ? `<time datetime="${escapeHtml(iso)}">${escapeHtml(iso)}</time>` : "";
+}
+
+function failureRow(f) {
+  const where = [f.gpu_index === null ? "" : `GPU ${f.gpu_index}`, f.port_name].filter(Boolean).join(" ");
+  const state = { open: "Open", acknowledged: "Acknowledged", resolved: "Resolved" }[f.state] ?? f.state;
+  const by = f.state === "acknowledged" ? ` <span class="sub">by ${escapeHtml(f.acknowledged_by)}</span>`
+    : f.state === "resolved" ? ` <span class="sub">by ${escapeHtml(f.resolved_by)}, ${when(f.resolved_at)}</span>${f.resolution_note ? `<div class="sub">${escapeHtml(f.resolution_note)}</div>` : ""}` : "";
+  const actions = canOperate
+    ? `<td class="row-actions">${f.state === "open" ? '<button type="button" data-ack>Acknowledge</button>' : ""}${f.state !== "resolved" ? '<button type="button" data-resolve>Resolve…</button>' : ""}</td>`
+    : "";
+  const tr = document.createElement("tr");
+  tr.dataset.failure = f.id;
+  tr.dataset.state = f.state;
+  tr.classList.toggle("side-effect", f.is_side_effect);
+  tr.innerHTML = `<td><span class="pill sev-${escapeHtml(f.severity)}">${escapeHtml(f.severity)}</span></td>
+    <td><strong>${escapeHtml(f.title)}</strong>${f.is_side_effect ? ` <span class="sub">side effect of #${escapeHtml(f.cause)}</span>` : ""}${f.detail ? `<div class="sub">${escapeHtml(f.detail)}</div>` : ""}</td>
+    <td>${escapeHtml(where)}</td>
+    <td class="advice">${escapeHtml(f.recommended_action)}${f.recovery_action_text ? `<div class="sub">NVML asks: ${escapeHtml(f.recovery_action_text)}</div>` : ""}</td>
+    <td class="num">${escapeHtml(f.count)}</td><td>${when(f.first_seen)}</td><td>${when(f.last_seen)}</td>
+    <td><span class="pill fs-${escapeHtml(f.state)}">${state}</span>${by}</td>${actions}`;
+  localiseTimes(tr);
+  return tr;
+}
+
+function showFailure(f) {
+  const activeBody = document.querySelector("#active-failures tbody");
+  const existing = document.querySelector(`tr[data-failure="${f.id}"]`);
+  if (!existing && f.state === "resolved") return; // resolved before this page saw it: on reload
+  const row = failureRow(f);
+  if (existing) {
+    // A row that left the active table stays where the user sees it, marked resolved, until reload.
+    existing.replaceWith(row);
+  } else {
+    activeBody.prepend(row);
+  }
+  activeBody.querySelector("tr.none").hidden = Boolean(activeBody.querySelector("tr[data-failure]"));
+}
+
+const live = new LiveSocket([{ subscribe: "node", node: page.node }], (kind, message) => {
+  const state = live.nodes[page.node];
+  if (!state) return;
+  const patch = kind === "snapshot" ? state : message.nodes?.[page.node];
+  if (!patch) return;
+  if ("lifecycle" in patch || "liveness" in patch || "alarms" in patch || "severity" in patch) liveHeader(state);
+  if ("ts" in patch || "gpus" in patch) liveTelemetry(state);
+  for (const id of Object.keys(patch.failures ?? {})) showFailure(state.failures[id]);
+});
+
+// Operators' actions ------------------------------------------------------------------------------
+if (canOperate && document.getElementById("action-dialog")) {
+  const dialog = new ActionDialog();
+
+  for (const action of page.actions) {
+    document.querySelector(`#node-actions [data-action="${action.name}"]`)?.addEventListener("click", async () => {
+      const results = await dialog.open({
+        title: `${action.label}: ${page.hostname}`,
+        summaryHtml: `<p>${escapeHtml(page.hostname)} becomes ${escapeHtml(action.target_label.toLowerCase())}.</p>`,
+        reasonRequired: action.reason_required,
+        hint: "The reason goes into the node's lifecycle history and the audit log.",
+        confirmLabel: action.label,
+        danger: action.name !== "return_to_service",
+        perform: async (reason) => {
+          try {
+            const node = await transition(page.node, action, reason);
+            liveHeader({ ...live.nodes[page.node], lifecycle: node.lifecycle, liveness: node.liveness });
+            return [{ label: page.hostname, ok: true, message: `now ${page.labels.lifecycle[node.lifecycle].toLowerCase()}` }];
+          } catch (error) {
+            return [{ label: page.hostname, ok: false, message: refusal(error) }];
+          }
+        },
+      });
+      if (results?.[0].ok) toast(`${page.hostname}: ${results[0].message}.`, { ok: true });
+    });
+  }
+
+  document.getElementById("failures").addEventListener("click", async (event) => {
+    const button = event.target.closest("button[data-ack], button[data-resolve]");
+    if (!button) return;
+    const id = button.closest("tr").dataset.failure;
+    if ("ack" in button.dataset) {
+      button.disabled = true;
+      try {
+        showFailure(await api("POST", `failures/${id}/acknowledge`));
+      } catch (error) {
+        button.disabled = false;
+        toast(error.message);
+      }
+      return;
+    }
+    const title = button.closest("tr").querySelector("strong").textContent;
+    await dialog.open({
+      title: `Resolve: ${title}`,
+      summaryHtml: "<p>The failure leaves the open list with its side effects; the next sighting opens a new one.</p>",
+      reasonCaption: "What was done (reset, reseated, RMA ticket…)",
+      confirmLabel: "Resolve",
+      perform: async (note) => {
+        try {
+          showFailure(await api("POST", `failures/${id}/resolve`, { note }));
+          return [{ label: title, ok: true, message: "resolved" }];
+        } catch (error) {
+          return [{ label: title, ok: false, message: refusal(error) }];
+        }
+      },
+    });
+  });
+}
+
+buildCharts();
+loadWindow(currentWindow);
