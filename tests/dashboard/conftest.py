@@ -200,15 +200,20 @@ def dashboard(transactional_db, redis_channel_layer) -> Iterator[LiveServer]:
 
 
 class PageErrors:
-    """Console errors and uncaught exceptions of every page a test opened: a test fails on any."""
+    """Console errors and uncaught exceptions of every page a test opened: a test fails on any, except
+    console messages holding a text the test said it expects (``open_page.expect_console_error``:
+    Chromium logs every refused request, such as a 409 that a page explains to the user on purpose)."""
 
     def __init__(self) -> None:
         self.errors: list[str] = []
+        self.expected: list[str] = []
+
+    def console(self, page: Page, text: str) -> None:
+        if not any(expected in text for expected in self.expected):
+            self.errors.append(f"{page.url}: {text}")
 
     def watch(self, page: Page) -> Page:
-        page.on(
-            "console", lambda message: message.type == "error" and self.errors.append(f"{page.url}: {message.text}")
-        )
+        page.on("console", lambda message: message.type == "error" and self.console(page, message.text))
         page.on("pageerror", lambda error: self.errors.append(f"{page.url}: {error}"))
         return page
 
@@ -236,6 +241,7 @@ def open_page(dashboard: LiveServer, chromium: PlaywrightBrowser) -> Iterator[Ca
         page.goto(path)
         return page
 
+    open_.expect_console_error = errors.expected.append  # type: ignore[attr-defined]
     yield open_
     for context in contexts:
         context.close()

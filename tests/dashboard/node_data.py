@@ -1,6 +1,7 @@
 """A node with everything its page shows: GPUs with a newest sample and the last minutes of raw
 samples, cabled ports with samples, failures (open, acknowledged, resolved), lifecycle history."""
 
+import math
 from datetime import datetime, timedelta
 
 from django.utils import timezone
@@ -45,6 +46,12 @@ def gpu_metrics(index: int, **fields: object) -> dict[str, object]:
     }
 
 
+def wave(index: int, step: int) -> dict[str, object]:
+    """A GPU's metrics ``step`` samples ago: a training step's rhythm, each GPU a little apart."""
+    util = 70.0 + 25.0 * math.sin((step + index) / 3) - 2 * index
+    return gpu_metrics(index, util_gpu=util, power_w=300.0 + 4 * util, temp_c=45.0 + util / 4 + index)
+
+
 def store_samples(node: Node, now: datetime, *, gpus: int, ports: int) -> None:
     """The newest sample of every GPU (GPU 0 hot and slowed down), raw samples for the charts, and
     one sample a port (the last port down, with link errors)."""
@@ -54,7 +61,7 @@ def store_samples(node: Node, now: datetime, *, gpus: int, ports: int) -> None:
         for i in range(gpus)
     )
     GpuSample.objects.bulk_create(
-        GpuSample(node=node, ts=now - timedelta(seconds=10 * s), received_at=now, **gpu_metrics(i, util_gpu=50.0 + s))
+        GpuSample(node=node, ts=now - timedelta(seconds=10 * s), received_at=now, **wave(i, s))
         for s in range(RAW_SAMPLES)
         for i in range(gpus)
     )

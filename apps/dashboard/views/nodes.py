@@ -256,6 +256,17 @@ def nvlink_rows(node: Node) -> list[dict[str, Any]]:
     ]
 
 
+def chart_limits(node: Node, gpus: list[GpuRow]) -> dict[str, float]:
+    """The tops of the power and memory charts: the GPUs' own limits as last reported or listed,
+    else the node type's."""
+    power = [row.sample.power_limit_w for row in gpus if row.sample and row.sample.power_limit_w]
+    memory = [row.gpu.memory_mib for row in gpus if row.gpu and row.gpu.memory_mib]
+    return {
+        "power_w": max(power, default=node.node_type.gpu_power_limit_w),
+        "memory_gib": max(memory) / 1024 if memory else node.node_type.gpu_memory_gb,
+    }
+
+
 class NodePage(DashboardPage):
     nav = "nodes"
     template_name = "dashboard/node.html"
@@ -298,5 +309,6 @@ class NodePage(DashboardPage):
                 "charts": [{"metric": metric, "title": title, "unit": METRICS[metric]} for metric, title in CHARTS],
                 "window": window if window in WINDOWS else "15m",
                 "gpus": [row.index for row in gpus],
+                "limits": chart_limits(node, gpus),
             },
         }

@@ -1,30 +1,23 @@
 // Actions an operator takes from a page (lifecycle changes, resolving a failure), through the
 // dialog in includes/action_dialog.html: it says what will happen, asks for the reason (required
-// where the server requires one), runs the REST calls a few at a time and lists each one's result
+// where the server requires one), runs the REST calls one after the other and lists each result
 // in the server's own words (a 409 says why the state machine refused that node).
 
 import { api, escapeHtml } from "./api.js";
 
-const CONCURRENCY = 4; // enough to finish 100 nodes in seconds without flooding the server
-
-/** Run `perform(item)` for every item, CONCURRENCY at a time; `onDone(done, total)` after each.
- *  Resolves to [{item, ok, data | message, status}] in the items' order. */
+/** Run `perform(item)` for every item, one after the other (each is a transaction of its own on
+ *  the server, audited in order; the demo's SQLite takes one writer at a time anyway), calling
+ *  `onDone(done, total)` after each. Resolves to [{item, ok, data | status and message}]. */
 export async function runAll(items, perform, onDone = () => {}) {
-  const results = new Array(items.length);
-  let next = 0;
-  let done = 0;
-  async function worker() {
-    while (next < items.length) {
-      const at = next++;
-      try {
-        results[at] = { item: items[at], ok: true, data: await perform(items[at]) };
-      } catch (error) {
-        results[at] = { item: items[at], ok: false, status: error.status, message: error.message };
-      }
-      onDone(++done, items.length);
+  const results = [];
+  for (const item of items) {
+    try {
+      results.push({ item, ok: true, data: await perform(item) });
+    } catch (error) {
+      results.push({ item, ok: false, status: error.status, message: error.message });
     }
+    onDone(results.length, items.length);
   }
-  await Promise.all(Array.from({ length: Math.min(CONCURRENCY, items.length) }, worker));
   return results;
 }
 
@@ -53,7 +46,7 @@ export class ActionDialog {
     document.getElementById("action-summary").innerHTML = summaryHtml;
     document.getElementById("action-reason-caption").textContent = reasonRequired ? `${reasonCaption} (required)` : `${reasonCaption} (optional)`;
     document.getElementById("action-reason-label").hidden = false;
-    document.getElementById("action-hint").textContent = hint;
+    Object.assign(document.getElementById("action-hint"), { textContent: hint, hidden: !hint });
     this.reason.value = "";
     this.reason.setAttribute("aria-required", String(reasonRequired)); // checked below, trimmed
     this.confirm.textContent = confirmLabel;
@@ -111,6 +104,7 @@ export class ActionDialog {
       <strong>${escapeHtml(r.label)}</strong> <span>${escapeHtml(r.message)}</span></li>`).join("");
     this.results.hidden = false;
     document.getElementById("action-reason-label").hidden = true;
+    document.getElementById("action-hint").hidden = true;
     this.confirm.hidden = true;
     this.cancel.textContent = "Close";
     this.cancel.focus();

@@ -25,21 +25,29 @@ const PALETTE = {
   dark: ["#56B4E9", "#E69F00", "#2BC29A", "#E08DBF", "#3D8FD6", "#FF7F3F", "#E6E9EE", "#F0E442"],
 };
 // How each chart shows its metric: the API's unit, or a friendlier one.
+// Scales start at zero (a 50 W dip is then as large as it is), up to the GPU's own limit where
+// there is one; temperature, whose zero means nothing here, spans at least MIN_TEMP_SPAN_C.
 const DISPLAY = {
-  util_gpu: { unit: "%", digits: 0, range: [0, 100] },
-  util_mem: { unit: "%", digits: 0, range: [0, 100] },
-  power_w: { unit: "W", digits: 0 },
+  util_gpu: { unit: "%", digits: 0, top: () => 100 },
+  util_mem: { unit: "%", digits: 0, top: () => 100 },
+  power_w: { unit: "W", digits: 0, top: () => page.limits.power_w },
   temp_c: { unit: "°C", digits: 0 },
-  mem_used_mib: { unit: "GiB", digits: 1, factor: 1 / 1024 },
-  sm_clock_mhz: { unit: "MHz", digits: 0 },
+  mem_used_mib: { unit: "GiB", digits: 1, factor: 1 / 1024, top: () => page.limits.memory_gib },
+  sm_clock_mhz: { unit: "MHz", digits: 0, top: () => 0 },
 };
+const MIN_TEMP_SPAN_C = 20;
+const SPAN_S = { [LIVE_WINDOW]: LIVE_SPAN_S, "24h": 24 * 3600, "30d": 30 * 24 * 3600 };
+const CLOCK = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit" });
+const DAY = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric" });
+const MOMENT = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit" });
 
 let currentWindow = page.window;
 const charts = new Map(); // metric → {figure, data, plot}
 const liveBuffer = []; // [t, {gpu index: {metric: value}}] of the last 15 minutes, newest last
+const hidden = new Set(); // series (1-based) the reader switched off in the legend
 
-function chartHeight() {
-  return Math.round(parseFloat(getComputedStyle(document.documentElement).fontSize) * 12);
+function rootPx() {
+  return parseFloat(getComputedStyle(document.documentElement).fontSize);
 }
 
 function format(metric, value) {
@@ -47,30 +55,112 @@ function format(metric, value) {
   return value === null || value === undefined ? "–" : `${value.toFixed(display.digits)} ${display.unit}`;
 }
 
+function palette() {
+  return PALETTE[isDark() ? "dark" : "light"];
+}
+
+/** The x axis always spans the whole window, so that missing data shows as a gap, not a zoom. */
+function windowRange(u) {
+  const newest = u.data[0].at(-1) ?? 0;
+  const end = Math.max(Date.now() / 1000, newest);
+  return [end - SPAN_S[currentWindow], end];
+}
+
+function valueRange(display, low, high) {
+  if (display.top) return [0, Math.max(display.top() ?? 0, high ?? 0) * 1.02 || 1];
+  if (low === null || high === null) return [0, MIN_TEMP_SPAN_C * 5];
+  const middle = (low + high) / 2;
+  const half = Math.max(MIN_TEMP_SPAN_C, high - low) / 2 + 2;
+  return [Math.floor(middle - half), Math.ceil(middle + half)];
+}
+
+const measure = document.createElement("canvas").getContext("2d");
+function axisWidth(font, values) {
+  measure.font = font;
+  return Math.ceil(Math.max(0, ...(values ?? []).map((v) => measure.measureText(v ?? "").width))) + 14;
+}
+
+/** On the chart under the pointer: the moment and every shown GPU's value (the other charts show
+ *  the same moment through the synced cursor). */
+function tooltip(metric) {
+  let tip = null;
+  let over = false;
+  return {
+    hooks: {
+      init: (u) => {
+        tip = u.over.appendChild(Object.assign(document.createElement("div"), { className: "chart-tip", hidden: true }));
+        u.over.addEventListener("mouseenter", () => { over = true; });
+        u.over.addEventListener("mouseleave", () => { over = false; tip.hidden = true; });
+      },
+      setCursor: (u) => {
+        const i = u.cursor.idx;
+        if (!over || i === null || i === undefined) { tip.hidden = true; return; }
+        const colours = palette();
+        tip.innerHTML = `<div class="when">${MOMENT.format(new Date(u.data[0][i] * 1000))}</div>` + page.gpus
+          .map((index, s) => (u.series[s + 1].show
+            ? `<div><span class="swatch" style="background:${colours[s % colours.length]}"></span>GPU ${escapeHtml(index)} <b>${format(metric, u.data[s + 1][i])}</b></div>`
+            : ""))
+          .join("");
+        tip.hidden = false;
+        const room = u.over.clientWidth - u.cursor.left;
+        tip.style.left = `${room > tip.offsetWidth + 16 ? u.cursor.left + 12 : u.cursor.left - tip.offsetWidth - 12}px`;
+        tip.style.top = `${Math.min(u.cursor.top, Math.max(0, u.over.clientHeight - tip.offsetHeight))}px`;
+      },
+    },
+  };
+}
+
 function makePlot(metric, figure, data) {
-  const palette = PALETTE[isDark() ? "dark" : "light"];
-  const axis = { stroke: cssVar("--muted"), grid: { stroke: cssVar("--border"), width: 1 }, ticks: { stroke: cssVar("--border"), width: 1 } };
+  const colours = palette();
+  const px = rootPx();
+  const font = `${Math.round(px * 0.8)}px ${cssVar("--font") || "system-ui"}`;
+  const axis = { font, stroke: cssVar("--muted"), grid: { stroke: cssVar("--border"), width: 1 }, ticks: { stroke: cssVar("--border"), width: 1 } };
   const display = DISPLAY[metric];
   const options = {
     width: figure.querySelector(".plot").clientWidth,
-    height: chartHeight(),
-    cursor: { sync: { key: `node-${page.node}` } }, // hovering one chart shows the same moment on all
-    scales: { x: { time: true }, y: display.range ? { range: display.range } : { auto: true } },
-    axes: [axis, { ...axis, size: 64, values: (_, ticks) => ticks.map((tick) => `${tick} ${display.unit}`) }],
+    height: Math.round(px * 12),
+    legend: { show: false }, // one legend for all charts, above them
+    cursor: { sync: { key: `node-${page.node}` }, points: { size: Math.round(px * 0.5) } },
+    scales: { x: { time: true, range: windowRange }, y: { range: (_, low, high) => valueRange(display, low, high) } },
+    axes: [
+      { ...axis, size: Math.round(px * 2.2), space: px * 5,
+        values: (_, ticks) => ticks.map((t) => (SPAN_S[currentWindow] > 86400 ? DAY : CLOCK).format(new Date(t * 1000))) },
+      { ...axis, size: (u, values) => axisWidth(font, values) },
+    ],
     series: [
       {},
       ...page.gpus.map((index, i) => ({
         label: `GPU ${index}`,
-        stroke: palette[i % palette.length],
-        dash: i >= palette.length ? [6, 4] : undefined,
-        width: 1.5,
+        show: !hidden.has(i + 1),
+        stroke: colours[i % colours.length],
+        dash: i >= colours.length ? [6, 4] : undefined,
+        width: Math.max(1.5, px / 10),
         points: { show: false },
-        value: (_, value) => format(metric, value),
       })),
     ],
+    plugins: [tooltip(metric)],
   };
   return new uPlot(options, data, figure.querySelector(".plot"));
 }
+
+/** The colour key of every chart; a click shows or hides that GPU everywhere. */
+function renderLegend() {
+  const colours = palette();
+  const legend = document.getElementById("chart-legend");
+  legend.innerHTML = page.gpus.map((index, i) => `<button type="button" data-series="${i + 1}" aria-pressed="${!hidden.has(i + 1)}">
+    <span class="swatch" style="background:${colours[i % colours.length]}"></span>GPU ${escapeHtml(index)}</button>`).join("");
+}
+
+document.getElementById("chart-legend").addEventListener("click", (event) => {
+  const button = event.target.closest("button[data-series]");
+  if (!button) return;
+  const series = Number(button.dataset.series);
+  const show = hidden.has(series);
+  if (show) hidden.delete(series);
+  else hidden.add(series);
+  button.setAttribute("aria-pressed", String(show));
+  for (const entry of charts.values()) entry.plot.setSeries(series, { show });
+});
 
 function emptyData() {
   return [[], ...page.gpus.map(() => [])];
@@ -132,17 +222,19 @@ async function loadWindow(name) {
 }
 
 function buildCharts() {
+  renderLegend();
   for (const chart of page.charts) {
     const figure = document.querySelector(`figure[data-metric="${chart.metric}"]`);
     figure.querySelector("figcaption").textContent = `${chart.title} (${DISPLAY[chart.metric].unit})`;
     const entry = { figure, data: emptyData() };
     entry.plot = makePlot(chart.metric, figure, entry.data);
     charts.set(chart.metric, entry);
-    new ResizeObserver(() => entry.plot.setSize({ width: figure.querySelector(".plot").clientWidth, height: chartHeight() })).observe(figure);
+    new ResizeObserver(() => entry.plot.setSize({ width: figure.querySelector(".plot").clientWidth, height: Math.round(rootPx() * 12) })).observe(figure);
   }
 }
 
 window.addEventListener("themechange", () => {
+  renderLegend();
   for (const [metric, entry] of charts) {
     entry.plot.destroy();
     entry.plot = makePlot(metric, entry.figure, entry.data);
@@ -226,7 +318,7 @@ function failureRow(f) {
     <td><strong>${escapeHtml(f.title)}</strong>${f.is_side_effect ? ` <span class="sub">side effect of #${escapeHtml(f.cause)}</span>` : ""}${f.detail ? `<div class="sub">${escapeHtml(f.detail)}</div>` : ""}</td>
     <td>${escapeHtml(where)}</td>
     <td class="advice">${escapeHtml(f.recommended_action)}${f.recovery_action_text ? `<div class="sub">NVML asks: ${escapeHtml(f.recovery_action_text)}</div>` : ""}</td>
-    <td class="num">${escapeHtml(f.count)}</td><td>${when(f.first_seen)}</td><td>${when(f.last_seen)}</td>
+    <td class="num">${escapeHtml(f.count)}</td><td class="when">${when(f.first_seen)}</td><td class="when">${when(f.last_seen)}</td>
     <td><span class="pill fs-${escapeHtml(f.state)}">${state}</span>${by}</td>${actions}`;
   localiseTimes(tr);
   return tr;
