@@ -11,14 +11,14 @@ from apps.accounts.roles import Role
 ROLES = ("anonymous", Role.VIEWER, Role.OPERATOR, Role.ADMIN)
 
 
+# Production serves hashed files from a manifest built by collectstatic; tests serve the source
+# files as they are, so no test depends on a collectstatic run.
+SOURCE_STATIC_FILES = {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}
+
+
 @pytest.fixture(autouse=True)
 def _static_files_without_collectstatic(settings: Settings) -> None:
-    """Production serves hashed files from a manifest built by collectstatic; tests serve the
-    source files as they are, so no test depends on a collectstatic run."""
-    settings.STORAGES = {
-        **settings.STORAGES,
-        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
-    }
+    settings.STORAGES = {**settings.STORAGES, "staticfiles": SOURCE_STATIC_FILES}
 
 
 @pytest.fixture

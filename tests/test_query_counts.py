@@ -1,4 +1,5 @@
-"""The list endpoints and the dashboard's pages cost the same number of queries for 10 nodes as for 500.
+"""The list endpoints and the dashboard's pages cost the same number of queries for 10 nodes as for
+500, and a node's page the same for a small node as for one with many GPUs, ports and failures.
 
 A module-scoped fleet is built once in bulk: the query count of each endpoint is measured at 10
 nodes, the fleet grows to 500, and each test asserts the same count (and that the answer grew).
@@ -9,8 +10,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from django.conf import settings
 from django.db import connection
 from django.db.models import OuterRef, Subquery
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
@@ -31,6 +34,8 @@ from apps.inventory.models import (
     SwitchPort,
 )
 from tests import factories
+from tests.conftest import SOURCE_STATIC_FILES
+from tests.dashboard.node_data import node_with_history
 from tests.shared_data import rolled_back_afterwards
 
 SMALL, LARGE = 10, 500
@@ -169,6 +174,8 @@ ENDPOINTS = {
     "theoretical busbw of a cluster": "/api/v1/fabric/theoretical-busbw?cluster={cluster}",
     # The dashboard's pages
     "fleet page": "/",
+    "nodes page": "/nodes/",
+    "nodes page filtered by leaf switch and lifecycle": "/nodes/?lifecycle=in_service&leaf_switch_name={leaf_name}",
 }
 
 
@@ -176,7 +183,9 @@ def urls_for(fleet: Fleet) -> dict[str, str]:
     """The second leaf and a node under it: both the leaf and the node's siblings grow with the fleet."""
     node = Node.objects.get(hostname=f"gpu-{FIRST_LEAF_NODES:04d}")
     return {
-        name: url.format(leaf=fleet.leaves[1].pk, node=node.pk, cluster=fleet.cluster.pk)
+        name: url.format(
+            leaf=fleet.leaves[1].pk, leaf_name=fleet.leaves[1].name, node=node.pk, cluster=fleet.cluster.pk
+        )
         for name, url in ENDPOINTS.items()
     }
 
@@ -192,7 +201,9 @@ def measure(client: APIClient, url: str) -> Measured:
 def fleet_measured(django_db_setup, django_db_blocker) -> Iterator[tuple[APIClient, dict[str, str], dict]]:
     """The client, the endpoints and their cost at 10 nodes; the fleet has 500 when the tests run.
     Everything is rolled back when the module is done."""
-    with rolled_back_afterwards(django_db_blocker):
+    # Module-scoped: the autouse fixture that serves static files without collectstatic has not run yet.
+    pages_without_collectstatic = override_settings(STORAGES={**settings.STORAGES, "staticfiles": SOURCE_STATIC_FILES})
+    with rolled_back_afterwards(django_db_blocker), pages_without_collectstatic:
         client = APIClient()
         # A session, not a token: a token writes its last use now and then, which is not the endpoint's cost.
         client.force_login(User.objects.create(username="ops", role=Role.OPERATOR))  # the audit log needs it
@@ -217,3 +228,19 @@ def test_it_costs_the_same_queries_for_500_nodes_as_for_10(name, fleet_measured,
 
     assert response.status_code == 200
     assert rows_in(response) > small[name].rows, "the fleet did not grow under this endpoint"
+
+
+@pytest.mark.django_db
+def test_a_node_page_costs_the_same_queries_whatever_its_gpus_ports_failures_and_history(django_assert_num_queries):
+    client = APIClient()
+    client.force_login(User.objects.create(username="node-page-reader", role=Role.OPERATOR))
+    small = node_with_history("gpu-small", gpus=1, ports=1, failures=2, transitions=1)
+    large = node_with_history("gpu-large", gpus=8, ports=8, failures=12, transitions=9)
+    with CaptureQueriesContext(connection) as queries:
+        small_page = client.get(f"/nodes/{small.pk}/").content.decode()
+
+    with django_assert_num_queries(len(queries)):
+        large_page = client.get(f"/nodes/{large.pk}/").content.decode()
+
+    for marker in ("<tr data-gpu=", "<tr data-port=", "<tr data-failure=", 'class="pill lc-'):
+        assert large_page.count(marker) > small_page.count(marker), marker

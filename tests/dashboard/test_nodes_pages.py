@@ -97,7 +97,8 @@ def test_it_filters_by_leaf_switch(viewer_client, fleet):
     response = viewer_client.get(f"/nodes/?leaf_switch_name={fleet['leaf'].name}")
 
     assert hostnames(response) == ["gpu-a01", "gpu-b02"]
-    assert f"<option selected>{fleet['leaf'].name}</option>" in response.content.decode()
+    leaf = fleet["leaf"].name
+    assert f'<option value="{leaf}" selected>{leaf}</option>' in response.content.decode()
 
 
 def test_the_filters_show_what_is_applied_and_how_many_match(viewer_client, fleet):

@@ -112,6 +112,26 @@ class NodeRow:
         return (severity_rank(self.alarms["severity"]) + 1) * 10_000 + self.alarms["alarms"]
 
 
+def filter_selects(selected: dict[str, str]) -> list[dict[str, Any]]:
+    """The list's drop-down filters: label, query parameter, options (value, text) and the value in
+    force (a page shows the first of several). Three queries."""
+
+    def names(queryset: Any) -> list[tuple[str, str]]:
+        return [(name, name) for name in queryset.values_list("name", flat=True).order_by("name")]
+
+    options = {
+        "lifecycle": ("Lifecycle", Lifecycle.choices),
+        "liveness": ("Liveness", Liveness.choices),
+        "cluster_name": ("Cluster", names(Cluster.objects.all())),
+        "node_type_name": ("Type", names(NodeType.objects.all())),
+        "leaf_switch_name": ("Leaf switch", names(Switch.objects.filter(tier=SwitchTier.LEAF))),
+    }
+    return [
+        {"label": label, "name": name, "options": choices, "selected": selected[name]}
+        for name, (label, choices) in options.items()
+    ]
+
+
 class NodesPage(DashboardPage):
     """Every node, searchable and filtered by the query string (``?lifecycle=quarantined`` from the
     fleet page's counts), with live utilization, power and temperature columns."""
@@ -133,19 +153,14 @@ class NodesPage(DashboardPage):
             for node in selected.with_related().order_by("hostname")
         ]
         values = {name: self.request.GET.getlist(name) for name in LIST_FILTERS}
+        first = {name: (value[0] if value else "") for name, value in values.items()}
         return super().get_context_data(**kwargs) | {
             "rows": rows,
             "node_total": Node.objects.count(),
             "filtered": any(any(v.strip() for v in value) for value in values.values()),
-            "filter_values": {name: (value[0] if value else "") for name, value in values.items()},
+            "search": first["q"],
+            "selects": filter_selects(first),
             "filter_errors": [str(error) for errors in filters.errors.values() for error in errors],
-            "lifecycle_choices": Lifecycle.choices,
-            "liveness_choices": Liveness.choices,
-            "clusters": Cluster.objects.values_list("name", flat=True).order_by("name"),
-            "node_types": NodeType.objects.values_list("name", flat=True).order_by("name"),
-            "leaf_switches": Switch.objects.filter(tier=SwitchTier.LEAF)
-            .values_list("name", flat=True)
-            .order_by("name"),
             "nodes_page": {
                 "labels": state_labels(),
                 "lifecycle_order": LIFECYCLE_ORDER,
