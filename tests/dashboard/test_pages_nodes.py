@@ -124,7 +124,7 @@ def test_the_nodes_list_sorts_filters_and_shows_live_utilization(open_page, oper
     busiest = max(nodes[:5] + nodes[6:], key=lambda n: sum((nodes.index(n) * 13 + g * 7) % 100 for g in range(8)))
     expect(page.locator("#nodes-table tbody tr").first).to_have_attribute("data-node", str(busiest.pk))
     expect(page.locator(f'tr[data-node="{nodes[5].pk}"] td[data-k="util"]')).to_contain_text("–")  # unreachable
-    assert "sort=utilization" in page.url
+    assert "sort=util&dir=desc" in page.url
     screenshot(page, "nodes")
     page.get_by_label("Lifecycle").select_option("quarantined")
     expect(page.locator("#nodes-table tbody tr")).to_have_count(1)

@@ -5,6 +5,7 @@ failures or lifecycle changes (tests/test_query_counts.py), and their scripts ke
 ``ws/live``. Lifecycle actions go through the REST API, which checks the role again.
 """
 
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -13,15 +14,15 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from apps.dashboard.streams import alarm_rows, alarm_summary
+from apps.dashboard.streams import alarm_rows, alarm_summary, rounded
 from apps.dashboard.views.base import DashboardPage
 from apps.failures import xid as catalog
-from apps.failures.choices import ACTIVE_STATES, Severity
+from apps.failures.choices import ACTIVE_STATES
 from apps.failures.models import Failure
 from apps.inventory.choices import Lifecycle, Liveness, SwitchTier
 from apps.inventory.filtersets import NodeFilterSet
 from apps.inventory.models import Cluster, Gpu, NetworkPort, Node, NodeType, Switch
-from apps.inventory.models.nodes import LIFECYCLE_TRANSITIONS, REASON_REQUIRED
+from apps.inventory.models.nodes import LIFECYCLE_TRANSITIONS, REASON_REQUIRED, NodeQuerySet
 from apps.telemetry import throttle
 from apps.telemetry.models import LatestGpuSample, PortSample
 from apps.telemetry.queries import METRICS, WINDOWS
@@ -39,6 +40,19 @@ LIST_FILTERS = ("q", "lifecycle", "liveness", "cluster_name", "node_type_name", 
 LIFECYCLE_ORDER = {state.value: rank for rank, state in enumerate(Lifecycle)}
 LIVENESS_ORDER = {Liveness.ONLINE: 0, Liveness.UNREACHABLE: 1, Liveness.UNKNOWN: 2}
 
+NODE_ROW_FIELDS = (
+    "id",
+    "hostname",
+    "serial",
+    "cluster__name",
+    "node_type__name",
+    "rack__name",
+    "rack_position",
+    "lifecycle",
+    "liveness",
+    "last_seen_at",
+    "gpu_count",
+)
 RESOLVED_SHOWN = 20
 TRANSITIONS_SHOWN = 50
 PORT_SAMPLE_MAX_AGE = timedelta(minutes=15)  # an older port sample is not "the port's state now"
@@ -73,43 +87,42 @@ def state_labels() -> dict[str, dict[str, str]]:
     return {"lifecycle": dict(Lifecycle.choices), "liveness": dict(Liveness.choices)}
 
 
-def severity_rank(severity: str | None) -> int:
-    return Severity(severity).rank if severity else -1
-
-
-@dataclass
-class NodeRow:
-    node: Node
-    leaf: str
-    alarms: dict[str, Any]
-    telemetry: dict[str, Any]
-
-    @property
-    def online(self) -> bool:
-        return self.node.liveness == Liveness.ONLINE
-
-    @property
-    def last_seen(self) -> Any:
-        times = [t for t in (self.node.last_seen_at, self.telemetry.get("ts")) if t is not None]
-        return max(times, default=None)
-
-    @property
-    def power_kw(self) -> float | None:
-        power = self.telemetry.get("power_w_total")
-        return None if power is None else power / 1000
-
-    @property
-    def lifecycle_rank(self) -> int:
-        return LIFECYCLE_ORDER[self.node.lifecycle]
-
-    @property
-    def liveness_rank(self) -> int:
-        return LIVENESS_ORDER[self.node.liveness]
-
-    @property
-    def alarm_rank(self) -> int:
-        """Sorts the worst first: severity, then how many."""
-        return (severity_rank(self.alarms["severity"]) + 1) * 10_000 + self.alarms["alarms"]
+def node_rows(nodes: NodeQuerySet) -> list[dict[str, Any]]:
+    """The list's rows as its script draws them, by hostname: inventory, lifecycle, liveness, alarms
+    (``alarms``, ``severity``) and the newest telemetry under the fleet stream's names
+    (``util_gpu_mean``, ``power_w_total``, ``temp_c_max``), so that live entries merge straight in;
+    ``seen``: the agent's last heartbeat or newest sample, in Unix seconds. Five queries."""
+    ids = nodes.values("pk")
+    leaves = Node.objects.filter(pk__in=ids).leaf_names()
+    telemetry = LatestGpuSample.objects.filter(node_id__in=ids).node_summaries()
+    alarms: dict[int, list[tuple[str, int | None, str]]] = defaultdict(list)
+    for node_id, *alarm in alarm_rows(Failure.objects.filter(node_id__in=ids)):
+        alarms[node_id].append(tuple(alarm))
+    rows = []
+    for node in nodes.with_related().order_by("hostname").values(*NODE_ROW_FIELDS):
+        summary = telemetry.get(node["id"], {})
+        seen = max((t for t in (node["last_seen_at"], summary.get("ts")) if t is not None), default=None)
+        summary_of_alarms = alarm_summary(alarms[node["id"]])
+        rows.append(
+            {
+                "id": node["id"],
+                "hostname": node["hostname"],
+                "serial": node["serial"],
+                "cluster": node["cluster__name"],
+                "type": node["node_type__name"],
+                "rack": node["rack__name"] or "",
+                "rack_position": node["rack_position"],
+                "leaf": leaves.get(node["id"], ""),
+                "gpus": node["gpu_count"],
+                "lifecycle": node["lifecycle"],
+                "liveness": node["liveness"],
+                "alarms": summary_of_alarms["alarms"],
+                "severity": summary_of_alarms["severity"],
+                **{field: rounded(summary.get(field)) for field in ("util_gpu_mean", "power_w_total", "temp_c_max")},
+                "seen": None if seen is None else round(seen.timestamp(), 3),
+            }
+        )
+    return rows
 
 
 def filter_selects(selected: dict[str, str]) -> list[dict[str, Any]]:
@@ -141,27 +154,18 @@ class NodesPage(DashboardPage):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         filters = NodeFilterSet(self.request.GET, queryset=Node.objects.all())
-        selected = filters.qs
-        ids = selected.values("pk")
-        leaves = Node.objects.filter(pk__in=ids).leaf_names()
-        telemetry = LatestGpuSample.objects.filter(node_id__in=ids).node_summaries()
-        alarms: dict[int, list[tuple[str, int | None, str]]] = {}
-        for node_id, *alarm in alarm_rows(Failure.objects.filter(node_id__in=ids)):
-            alarms.setdefault(node_id, []).append(tuple(alarm))
-        rows = [
-            NodeRow(node, leaves.get(node.pk, ""), alarm_summary(alarms.get(node.pk, [])), telemetry.get(node.pk, {}))
-            for node in selected.with_related().order_by("hostname")
-        ]
+        rows = node_rows(filters.qs)
         values = {name: self.request.GET.getlist(name) for name in LIST_FILTERS}
         first = {name: (value[0] if value else "") for name, value in values.items()}
         return super().get_context_data(**kwargs) | {
-            "rows": rows,
+            "shown": len(rows),
             "node_total": Node.objects.count(),
             "filtered": any(any(v.strip() for v in value) for value in values.values()),
             "search": first["q"],
             "selects": filter_selects(first),
             "filter_errors": [str(error) for errors in filters.errors.values() for error in errors],
             "nodes_page": {
+                "rows": rows,
                 "labels": state_labels(),
                 "lifecycle_order": LIFECYCLE_ORDER,
                 "liveness_order": LIVENESS_ORDER,

@@ -50,6 +50,13 @@ function rootPx() {
   return parseFloat(getComputedStyle(document.documentElement).fontSize);
 }
 
+/** Wide charts get taller, within what keeps two rows of them on a screen. */
+function chartSize(figure) {
+  const width = figure.querySelector(".plot").clientWidth;
+  const px = rootPx();
+  return { width, height: Math.round(Math.min(Math.max(width * 0.38, px * 10), px * 16)) };
+}
+
 function format(metric, value) {
   const display = DISPLAY[metric];
   return value === null || value === undefined ? "–" : `${value.toFixed(display.digits)} ${display.unit}`;
@@ -117,8 +124,7 @@ function makePlot(metric, figure, data) {
   const axis = { font, stroke: cssVar("--muted"), grid: { stroke: cssVar("--border"), width: 1 }, ticks: { stroke: cssVar("--border"), width: 1 } };
   const display = DISPLAY[metric];
   const options = {
-    width: figure.querySelector(".plot").clientWidth,
-    height: Math.round(px * 12),
+    ...chartSize(figure),
     legend: { show: false }, // one legend for all charts, above them
     cursor: { sync: { key: `node-${page.node}` }, points: { size: Math.round(px * 0.5) } },
     scales: { x: { time: true, range: windowRange }, y: { range: (_, low, high) => valueRange(display, low, high) } },
@@ -229,7 +235,7 @@ function buildCharts() {
     const entry = { figure, data: emptyData() };
     entry.plot = makePlot(chart.metric, figure, entry.data);
     charts.set(chart.metric, entry);
-    new ResizeObserver(() => entry.plot.setSize({ width: figure.querySelector(".plot").clientWidth, height: Math.round(rootPx() * 12) })).observe(figure);
+    new ResizeObserver(() => entry.plot.setSize(chartSize(figure))).observe(figure);
   }
 }
 

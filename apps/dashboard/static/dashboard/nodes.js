@@ -1,210 +1,250 @@
-// The nodes list: sort by any column (in the browser: every matching row is rendered), lifecycle,
-// liveness, alarms, utilization, power and temperature kept live from the fleet stream, and the
-// operators' bulk lifecycle actions with each node's result.
+// The nodes list. The server filters and puts every matching node's row in the page's data; the
+// browser sorts it by any column and draws the rows in view and a margin around them (a thousand
+// table rows in the DOM cost most of a second to lay out again on every sort and live update).
+// Lifecycle, liveness, alarms, utilization, power and temperature follow the fleet stream; operators
+// select rows and run bulk lifecycle actions, with each node's result.
 
 import { escapeHtml, toast } from "./api.js";
 import { ActionDialog, refusal, runAll, transition } from "./lifecycle.js";
 import { LiveSocket } from "./live.js";
-import { localiseTimes, showTime } from "./when.js";
+import { timeHtml } from "./when.js";
 
 const page = JSON.parse(document.getElementById("nodes-page").textContent);
 const table = document.getElementById("nodes-table");
 const tbody = table?.tBodies[0];
+const scroller = document.getElementById("nodes-scroll");
+const selectAll = document.getElementById("select-all"); // operators only: the server renders none for viewers
 const SEVERITY_RANK = { info: 0, warning: 1, error: 2, critical: 3 };
-const NAMES_LISTED = 12; // in the confirmation; the rest are counted
+const LIVE_FIELDS = ["lifecycle", "liveness", "alarms", "severity", "util_gpu_mean", "power_w_total", "temp_c_max"];
+const OVERSCAN = 15; // rows drawn beyond the view each way, so that a quick scroll shows no blank
+const NAMES_LISTED = 12; // in a bulk action's confirmation; the rest are counted
 
-// Rows: node id → {tr, cells (the live ones, by data-k), hostname} ------------------------------
-const rows = new Map();
-for (const tr of tbody?.rows ?? []) {
-  const cells = {};
-  for (const td of tr.querySelectorAll("td[data-k]")) cells[td.dataset.k] = td;
-  rows.set(tr.dataset.node, { tr, cells, hostname: tr.querySelector(".host a").textContent });
-}
-localiseTimes(table ?? document);
+const byId = new Map(page.rows.map((row) => [String(row.id), row]));
+let order = page.rows.slice(); // as shown
+const selected = new Set();
 
-// Live values -------------------------------------------------------------------------------------
-function setSortValue(td, value) {
-  const text = value === null || value === undefined ? "" : String(value);
-  if (td.dataset.v === text) return false;
-  td.dataset.v = text;
-  return true;
-}
+// Cells: one function draws each, for the first drawing and for live changes ------------------------
+// An unreachable node's last values are not its values now: they are drawn as unknown.
+const now = (field) => (row) => (row.liveness === "online" ? row[field] ?? null : null);
+const utilNow = now("util_gpu_mean");
+const powerNow = now("power_w_total");
+const tempNow = now("temp_c_max");
 
-function setPill(td, rank, className, label) {
-  if (!setSortValue(td, rank)) return;
-  const pill = td.firstElementChild;
-  pill.className = `pill ${className}`;
-  pill.textContent = label;
-}
+const CELLS = {
+  lifecycle: (row) => `<span class="pill lc-${escapeHtml(row.lifecycle)}">${escapeHtml(page.labels.lifecycle[row.lifecycle] ?? row.lifecycle)}</span>`,
+  liveness: (row) => `<span class="pill state-${escapeHtml(row.liveness)}">${escapeHtml(page.labels.liveness[row.liveness] ?? row.liveness)}</span>`,
+  alarms: (row) => (row.alarms
+    ? `<a class="pill sev-${escapeHtml(row.severity)}" href="/nodes/${escapeHtml(row.id)}/#failures">${escapeHtml(row.alarms)} ${escapeHtml(row.severity)}</a>`
+    : ""),
+  util: (row) => {
+    const util = utilNow(row);
+    return `<span class="util"><span class="bar"><span style="width:${util ?? 0}%"></span></span><span class="num">${util === null ? "–" : `${Math.round(util)} %`}</span></span>`;
+  },
+  power: (row) => (powerNow(row) === null ? "–" : `${(powerNow(row) / 1000).toFixed(1)} kW`),
+  temp: (row) => (tempNow(row) === null ? "–" : `${Math.round(tempNow(row))} °C`),
+  seen: (row) => (row.seen ? timeHtml(new Date(row.seen * 1000)) : "never"),
+};
 
-function setAlarms(td, id, entry) {
-  const count = entry.alarms ?? 0;
-  const rank = count ? (SEVERITY_RANK[entry.severity] + 1) * 10000 + count : 0;
-  if (!setSortValue(td, rank)) return;
-  td.innerHTML = count
-    ? `<a class="pill sev-${escapeHtml(entry.severity)}" href="/nodes/${id}/#failures">${count} ${escapeHtml(entry.severity)}</a>`
-    : "";
-}
-
-function setNumber(td, value, text) {
-  if (!setSortValue(td, value === null ? null : value.toFixed(2))) return;
-  const target = td.querySelector(".num") ?? td;
-  target.textContent = value === null ? "–" : text(value);
-  const bar = td.querySelector(".bar > span");
-  if (bar) bar.style.width = `${value ?? 0}%`;
-}
-
-function setSeen(td, ts) {
-  if (!ts || Number(td.dataset.v || 0) >= Math.floor(ts)) return;
-  td.dataset.v = String(Math.floor(ts));
-  let time = td.querySelector("time");
-  if (!time) { td.textContent = ""; time = td.appendChild(document.createElement("time")); }
-  showTime(time, new Date(ts * 1000));
+function rowHtml(row, position) {
+  const id = escapeHtml(row.id);
+  const rack = row.rack ? `${escapeHtml(row.rack)}${row.rack_position === null ? "" : ` <span class="sub">U${escapeHtml(row.rack_position)}</span>`}` : "";
+  const classes = [selected.has(String(row.id)) && "selected", row.unmatched && "unmatched"].filter(Boolean).join(" ");
+  return `<tr data-node="${id}" aria-rowindex="${position + 2}"${classes ? ` class="${classes}"` : ""}${row.unmatched ? ' title="No longer matches the filters"' : ""}>
+    ${selectAll ? `<td class="select"><input type="checkbox" value="${id}" aria-label="Select ${escapeHtml(row.hostname)}"${selected.has(String(row.id)) ? " checked" : ""}></td>` : ""}
+    <td class="host"><a href="/nodes/${id}/">${escapeHtml(row.hostname)}</a>${row.serial ? ` <span class="sub">${escapeHtml(row.serial)}</span>` : ""}</td>
+    <td>${escapeHtml(row.cluster)}</td><td>${escapeHtml(row.type)}</td><td>${rack}</td><td>${escapeHtml(row.leaf)}</td>
+    <td data-k="lifecycle">${CELLS.lifecycle(row)}</td><td data-k="liveness">${CELLS.liveness(row)}</td>
+    <td data-k="alarms">${CELLS.alarms(row)}</td><td class="num">${escapeHtml(row.gpus)}</td><td data-k="util">${CELLS.util(row)}</td>
+    <td data-k="power" class="num">${CELLS.power(row)}</td><td data-k="temp" class="num">${CELLS.temp(row)}</td>
+    <td data-k="seen">${CELLS.seen(row)}</td></tr>`;
 }
 
-function matchesFilters(entry) {
-  const { lifecycle, liveness } = page.filters;
-  return (!lifecycle.length || lifecycle.includes(entry.lifecycle)) && (!liveness.length || liveness.includes(entry.liveness));
+// Drawing the rows in view ------------------------------------------------------------------------
+let rowHeight = 0; // measured from the first row drawn (it follows the font size: 4K wall screens)
+let drawn = { first: -1, last: -1 };
+let drawPending = false;
+const columnCount = table ? table.tHead.rows[0].cells.length : 0;
+
+function spacer(height) {
+  return height > 0 ? `<tr class="spacer" aria-hidden="true"><td colspan="${columnCount}" style="height:${height}px"></td></tr>` : "";
 }
 
-function show(id, entry) {
-  const row = rows.get(id);
-  if (!row) return; // not in this list (filtered out, or enrolled since it was rendered)
-  const { cells } = row;
-  setPill(cells.lifecycle, page.lifecycle_order[entry.lifecycle], `lc-${entry.lifecycle}`, page.labels.lifecycle[entry.lifecycle] ?? entry.lifecycle);
-  setPill(cells.liveness, page.liveness_order[entry.liveness], `state-${entry.liveness}`, page.labels.liveness[entry.liveness] ?? entry.liveness);
-  setAlarms(cells.alarms, id, entry);
-  // An unreachable node's last values are not its values now: they are shown as unknown.
-  const online = entry.liveness === "online";
-  setNumber(cells.util, online ? entry.util_gpu_mean ?? null : null, (v) => `${Math.round(v)} %`);
-  setNumber(cells.power, online && entry.power_w_total != null ? entry.power_w_total / 1000 : null, (v) => `${v.toFixed(1)} kW`);
-  setNumber(cells.temp, online ? entry.temp_c_max ?? null : null, (v) => `${Math.round(v)} °C`);
-  setSeen(cells.seen, entry.ts);
-  const unmatched = !matchesFilters(entry);
-  if (row.tr.classList.contains("unmatched") !== unmatched) {
-    row.tr.classList.toggle("unmatched", unmatched);
-    row.tr.title = unmatched ? "No longer matches the filters" : "";
-    document.getElementById("list-changed").hidden = !document.querySelector("tr.unmatched");
+function draw(force = false) {
+  const height = rowHeight || 32;
+  const first = Math.max(0, Math.floor(scroller.scrollTop / height) - OVERSCAN);
+  const last = Math.min(order.length, Math.ceil((scroller.scrollTop + scroller.clientHeight) / height) + OVERSCAN);
+  if (!force && first === drawn.first && last === drawn.last) return;
+  drawn = { first, last };
+  tbody.innerHTML = spacer(first * height)
+    + order.slice(first, last).map((row, i) => rowHtml(row, first + i)).join("")
+    + spacer((order.length - last) * height);
+  if (!rowHeight && last > first) {
+    rowHeight = tbody.querySelector("tr[data-node]").getBoundingClientRect().height;
+    draw(true);
   }
 }
 
-const live = new LiveSocket([{ subscribe: "fleet" }], (kind, message) => {
-  if (!live.fleet) return;
-  const changed = kind === "snapshot" ? Object.keys(live.fleet) : Object.keys(message.fleet ?? {});
-  for (const id of changed) show(id, live.fleet[id]);
-});
-
-// Sorting: in the browser, by the cells' data-v (or their text), blanks last either way ---------
-const collator = new Intl.Collator(undefined, { numeric: true, sensitivity: "base" });
-const originalOrder = new Map(Array.from(tbody?.rows ?? [], (tr, i) => [tr, i])); // by hostname: the tie-break
-const headers = table ? Array.from(table.tHead.rows[0].cells).filter((th) => th.dataset.sort) : [];
-const slug = (th) => th.textContent.trim().toLowerCase().replace(/\W+/g, "-");
-
-function sortKey(td, numeric) {
-  const raw = td.dataset.v ?? td.textContent.trim();
-  if (raw === "") return null;
-  return numeric ? Number(raw) : raw;
+function drawSoon() {
+  if (drawPending) return;
+  drawPending = true;
+  requestAnimationFrame(() => { drawPending = false; draw(); });
 }
 
-function sortBy(th, direction) {
-  const column = th.cellIndex;
-  const numeric = th.dataset.sort === "num";
-  const sign = direction === "ascending" ? 1 : -1;
-  const keyed = Array.from(tbody.rows, (tr) => [sortKey(tr.cells[column], numeric), tr]);
-  keyed.sort(([a, rowA], [b, rowB]) => {
-    if (a === null || b === null) {
-      if (a !== b) return a === null ? 1 : -1;
-    } else {
-      const order = numeric ? a - b : collator.compare(a, b);
-      if (order) return sign * order;
+/** Live changes: only the cells of rows in view that changed, so that focus and hover stay put. */
+function patch(changedIds) {
+  for (const tr of tbody.rows) {
+    if (!changedIds.has(tr.dataset.node)) continue;
+    const row = byId.get(tr.dataset.node);
+    for (const td of tr.querySelectorAll("td[data-k]")) {
+      const html = CELLS[td.dataset.k](row);
+      if (td.cpHtml !== html) {
+        td.innerHTML = html;
+        td.cpHtml = html;
+      }
     }
-    return originalOrder.get(rowA) - originalOrder.get(rowB);
-  });
-  tbody.append(...keyed.map(([, tr]) => tr));
-  for (const other of headers) other.removeAttribute("aria-sort");
-  th.setAttribute("aria-sort", direction);
+    tr.classList.toggle("unmatched", Boolean(row.unmatched));
+  }
 }
 
-function rememberSort(th, direction) {
+// Live --------------------------------------------------------------------------------------------
+function matchesFilters(row) {
+  const { lifecycle, liveness } = page.filters;
+  return (!lifecycle.length || lifecycle.includes(row.lifecycle)) && (!liveness.length || liveness.includes(row.liveness));
+}
+
+/** Take a fleet entry's values into its row; true when the row changed. */
+function take(row, entry) {
+  let changed = false;
+  for (const field of LIVE_FIELDS) {
+    if (field in entry && row[field] !== entry[field]) {
+      row[field] = entry[field];
+      changed = true;
+    }
+  }
+  if (entry.ts && entry.ts > (row.seen ?? 0)) {
+    row.seen = entry.ts;
+    changed = true;
+  }
+  if (changed) row.unmatched = !matchesFilters(row);
+  return changed;
+}
+
+const live = new LiveSocket([{ subscribe: "fleet" }], (kind, message) => {
+  if (!live.fleet || !tbody) return;
+  const ids = kind === "snapshot" ? Object.keys(live.fleet) : Object.keys(message.fleet ?? {});
+  const changed = new Set(ids.filter((id) => byId.has(id) && take(byId.get(id), live.fleet[id])));
+  if (!changed.size) return;
+  patch(changed);
+  document.getElementById("list-changed").hidden = !page.rows.some((row) => row.unmatched);
+});
+window.cpNodes = { live }; // for benchmarks/nodes_page.py
+
+// Sorting: numbers start with the largest (the busiest, hottest, worst), names with A; blanks last --
+const collator = new Intl.Collator(undefined, { numeric: true, sensitivity: "base" });
+const SORT_KEYS = {
+  hostname: (row) => row.hostname,
+  cluster: (row) => row.cluster,
+  type: (row) => row.type,
+  rack: (row) => (row.rack ? `${row.rack} ${String(row.rack_position ?? "").padStart(3, "0")}` : null),
+  leaf: (row) => row.leaf || null,
+  lifecycle: (row) => page.lifecycle_order[row.lifecycle],
+  liveness: (row) => page.liveness_order[row.liveness],
+  alarms: (row) => (row.alarms ? (SEVERITY_RANK[row.severity] + 1) * 10000 + row.alarms : null),
+  gpus: (row) => row.gpus,
+  util: utilNow,
+  power: powerNow,
+  temp: tempNow,
+  seen: (row) => row.seen,
+};
+const headers = table ? Array.from(table.tHead.rows[0].cells).filter((th) => th.dataset.col) : [];
+
+function sortBy(column, direction) {
+  const key = SORT_KEYS[column];
+  const sign = direction === "ascending" ? 1 : -1;
+  const keyed = page.rows.map((row, i) => [key(row) ?? null, i, row]); // i: by hostname, the tie-break
+  keyed.sort(([a, i], [b, j]) => {
+    if (a === null || b === null) return a === b ? i - j : a === null ? 1 : -1;
+    const compared = typeof a === "number" ? a - b : collator.compare(a, b);
+    return compared ? sign * compared : i - j;
+  });
+  order = keyed.map(([, , row]) => row);
+  for (const th of headers) {
+    if (th.dataset.col === column) th.setAttribute("aria-sort", direction);
+    else th.removeAttribute("aria-sort");
+  }
+  draw(true);
   const url = new URL(location.href);
-  url.searchParams.set("sort", slug(th));
+  url.searchParams.set("sort", column);
   url.searchParams.set("dir", direction === "ascending" ? "asc" : "desc");
   history.replaceState(null, "", url);
-  const form = document.getElementById("node-filters");
-  for (const [name, value] of [["sort", slug(th)], ["dir", url.searchParams.get("dir")]]) {
+  const form = document.getElementById("node-filters"); // filtering again keeps the order
+  for (const name of ["sort", "dir"]) {
     const input = form.querySelector(`input[name="${name}"]`) ?? form.appendChild(Object.assign(document.createElement("input"), { type: "hidden", name }));
-    input.value = value;
+    input.value = url.searchParams.get(name);
   }
 }
 
 for (const th of headers) {
   th.querySelector("button.sort").addEventListener("click", () => {
-    // Numbers start with the largest (the busiest, hottest, worst), names with A.
-    const first = th.dataset.sort === "num" ? "descending" : "ascending";
     const current = th.getAttribute("aria-sort");
-    const direction = current ? (current === "ascending" ? "descending" : "ascending") : first;
-    sortBy(th, direction);
-    rememberSort(th, direction);
+    const numeric = !["hostname", "cluster", "type", "rack", "leaf"].includes(th.dataset.col);
+    const direction = current ? (current === "ascending" ? "descending" : "ascending") : numeric ? "descending" : "ascending";
+    sortBy(th.dataset.col, direction);
   });
 }
-{
+
+if (tbody) {
   const wanted = new URLSearchParams(location.search);
-  const th = headers.find((header) => slug(header) === wanted.get("sort"));
-  if (th) {
-    const direction = wanted.get("dir") === "desc" ? "descending" : "ascending";
-    sortBy(th, direction);
-    rememberSort(th, direction);
-  }
+  if (SORT_KEYS[wanted.get("sort")]) sortBy(wanted.get("sort"), wanted.get("dir") === "desc" ? "descending" : "ascending");
+  else draw(true);
+  scroller.addEventListener("scroll", drawSoon, { passive: true });
+  new ResizeObserver(drawSoon).observe(scroller);
 }
 
-// Filters: a changed select applies at once (Enter applies the search box) ----------------------
+// Filters: a changed drop-down applies at once (Enter applies the search box) ------------------------
 for (const select of document.querySelectorAll("#node-filters select")) {
   select.addEventListener("change", () => select.form.requestSubmit());
 }
 
-// Selection and bulk actions (operators only: the server renders no checkboxes for viewers) ------
-const selectAll = document.getElementById("select-all");
+// Selection and bulk actions ------------------------------------------------------------------------
 const bulkBar = document.getElementById("bulk-bar");
-const selected = new Set();
 let lastClicked = null;
 
-function boxes() {
-  return Array.from(tbody.querySelectorAll("input[type=checkbox]"));
-}
-
 function refreshSelection() {
-  const total = rows.size;
-  selectAll.checked = selected.size > 0 && selected.size === total;
-  selectAll.indeterminate = selected.size > 0 && selected.size < total;
+  selectAll.checked = selected.size > 0 && selected.size === page.rows.length;
+  selectAll.indeterminate = selected.size > 0 && selected.size < page.rows.length;
   document.getElementById("selected-count").textContent = selected.size
     ? `${selected.size} node${selected.size === 1 ? "" : "s"} selected`
     : "No nodes selected";
   for (const button of bulkBar.querySelectorAll("button[data-action]")) button.disabled = selected.size === 0;
 }
 
-function select(box, on) {
-  box.checked = on;
-  box.closest("tr").classList.toggle("selected", on);
-  if (on) selected.add(box.value);
-  else selected.delete(box.value);
+function select(ids, on) {
+  for (const id of ids) {
+    if (on) selected.add(id);
+    else selected.delete(id);
+  }
 }
 
 if (selectAll && tbody) {
   tbody.addEventListener("click", (event) => {
     const box = event.target.closest("input[type=checkbox]");
     if (!box) return;
-    const all = boxes(); // in the order shown
-    if (event.shiftKey && lastClicked && lastClicked !== box) {
-      const [from, to] = [all.indexOf(lastClicked), all.indexOf(box)].sort((a, b) => a - b);
-      for (const other of all.slice(from, to + 1)) select(other, box.checked);
+    const positions = order.map((row) => String(row.id));
+    if (event.shiftKey && lastClicked !== null && lastClicked !== box.value) {
+      const [from, to] = [positions.indexOf(lastClicked), positions.indexOf(box.value)].sort((a, b) => a - b);
+      select(positions.slice(from, to + 1), box.checked);
+      draw(true);
     } else {
-      select(box, box.checked);
+      select([box.value], box.checked);
+      box.closest("tr").classList.toggle("selected", box.checked);
     }
-    lastClicked = box;
+    lastClicked = box.value;
     refreshSelection();
   });
   selectAll.addEventListener("change", () => {
-    for (const box of boxes()) select(box, selectAll.checked);
+    select(page.rows.map((row) => String(row.id)), selectAll.checked);
+    draw(true);
     refreshSelection();
   });
   const dialog = new ActionDialog();
@@ -216,10 +256,10 @@ if (selectAll && tbody) {
 }
 
 async function runBulk(dialog, action) {
-  const ids = Array.from(tbody.rows, (tr) => tr.dataset.node).filter((id) => selected.has(id)); // in the order shown
-  const names = ids.map((id) => rows.get(id).hostname);
+  const rows = order.filter((row) => selected.has(String(row.id))); // in the order shown
+  const names = rows.map((row) => row.hostname);
   const more = names.length - NAMES_LISTED;
-  const count = `${ids.length} node${ids.length === 1 ? "" : "s"}`;
+  const count = `${rows.length} node${rows.length === 1 ? "" : "s"}`;
   const results = await dialog.open({
     title: `${action.label}: ${count}`,
     summaryHtml: `<p class="names">${names.slice(0, NAMES_LISTED).map(escapeHtml).join(", ")}${more > 0 ? ` and ${more} more` : ""}</p>`,
@@ -227,25 +267,22 @@ async function runBulk(dialog, action) {
     hint: `Each node becomes ${action.target_label.toLowerCase()} if its current state allows it; the reason goes into its lifecycle history and the audit log.`,
     confirmLabel: `${action.label} ${count}`,
     danger: action.name === "quarantine",
-    perform: async (reason, onDone) => (await runAll(ids, (id) => transition(id, action, reason), onDone)).map((result) => ({
-      id: result.item,
-      label: rows.get(result.item).hostname,
+    perform: async (reason, onDone) => (await runAll(rows, (row) => transition(row.id, action, reason), onDone)).map((result) => ({
+      row: result.item,
+      label: result.item.hostname,
       ok: result.ok,
       data: result.data,
       message: result.ok ? `now ${page.labels.lifecycle[result.data.lifecycle].toLowerCase()}` : refusal(result),
     })),
   });
   if (!results) return;
-  // Show each answer now (the fleet stream brings the same within a second); keep the refused
-  // nodes selected, so that the operator can deal with them next.
-  for (const result of results) {
-    if (!result.ok) continue;
-    const { lifecycle } = result.data;
-    const row = rows.get(result.id);
-    setPill(row.cells.lifecycle, page.lifecycle_order[lifecycle], `lc-${lifecycle}`, page.labels.lifecycle[lifecycle]);
-    select(row.tr.querySelector("input[type=checkbox]"), false);
-  }
+  // Show each answer now (the fleet stream brings the same within a second); the refused nodes
+  // stay selected, for the operator to deal with next.
+  const done = results.filter((result) => result.ok);
+  for (const result of done) take(result.row, { lifecycle: result.data.lifecycle });
+  select(done.map((result) => String(result.row.id)), false);
+  draw(true);
   refreshSelection();
-  const refused = results.filter((result) => !result.ok).length;
-  toast(refused ? `${results.length - refused} done, ${refused} refused: see the list.` : `${action.label}: ${count} done.`, { ok: !refused });
+  const refused = results.length - done.length;
+  toast(refused ? `${done.length} done, ${refused} refused: see the list.` : `${action.label}: ${count} done.`, { ok: !refused });
 }
