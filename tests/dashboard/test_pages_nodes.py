@@ -153,6 +153,11 @@ def test_a_node_page_charts_its_stored_telemetry_and_operators_act_on_it(open_pa
     expect(page.locator("#active-failures")).to_contain_text("XID 79")
     expect(page.locator("#gpus")).to_contain_text("hardware slowdown")
     screenshot(page, "node-detail")
+    page.get_by_role("button", name="24 h").click()  # no minute rollups yet: it says so
+    expect(page.locator("#chart-status")).to_have_text("no telemetry stored for this window")
+    assert "window=24h" in page.url
+    page.get_by_role("button", name="15 min").click()
+    expect(page.locator("#chart-status")).to_contain_text("raw samples")
 
     page.locator('#node-actions [data-action="quarantine"]').click()
     page.locator("#action-reason").fill("XID 79: GPU 0 fell off the bus")

@@ -25,7 +25,7 @@ from apps.inventory.models import Cluster, Gpu, NetworkPort, Node, NodeType, Swi
 from apps.inventory.models.nodes import LIFECYCLE_TRANSITIONS, REASON_REQUIRED, NodeQuerySet
 from apps.telemetry import throttle
 from apps.telemetry.models import LatestGpuSample, PortSample
-from apps.telemetry.queries import METRICS, WINDOWS
+from apps.telemetry.queries import WINDOWS
 
 # The lifecycle actions each page offers operators (REST actions of /api/v1/nodes/<id>/), and where
 # they take a node. Retiring is final and the admin's call: it stays in the API and the admin.
@@ -57,7 +57,7 @@ RESOLVED_SHOWN = 20
 TRANSITIONS_SHOWN = 50
 PORT_SAMPLE_MAX_AGE = timedelta(minutes=15)  # an older port sample is not "the port's state now"
 WINDOW_LABELS = {"15m": "15 min", "24h": "24 h", "30d": "30 days"}
-CHARTS = (  # (metric of the chart API, title); units come from the API
+CHARTS = (  # (metric of the chart API, title); node.js knows how to show each
     ("util_gpu", "GPU utilization"),
     ("power_w", "Power"),
     ("temp_c", "Temperature"),
@@ -303,6 +303,7 @@ class NodePage(DashboardPage):
         active = list(failures.filter(state__in=ACTIVE_STATES).order_by("-last_seen", "-id"))
         resolved = list(failures.exclude(state__in=ACTIVE_STATES).order_by("-resolved_at", "-id")[:RESOLVED_SHOWN])
         gpus = gpu_rows(node)
+        actions = lifecycle_actions(tuple(ACTION_TARGETS))
         window = self.request.GET.get("window", "15m")
         return super().get_context_data(**kwargs) | {
             "node": node,
@@ -316,7 +317,7 @@ class NodePage(DashboardPage):
             "transitions": list(node.transitions.all()[:TRANSITIONS_SHOWN]),
             "transitions_shown": TRANSITIONS_SHOWN,
             "allowed": node.allowed_transitions(),
-            "actions": lifecycle_actions(tuple(ACTION_TARGETS)),
+            "actions": actions,
             "charts": CHARTS,
             "windows": [(name, WINDOW_LABELS[name]) for name in WINDOWS],
             "node_page": {
@@ -324,8 +325,8 @@ class NodePage(DashboardPage):
                 "hostname": node.hostname,
                 "labels": state_labels(),
                 "transitions": {state: sorted(targets) for state, targets in LIFECYCLE_TRANSITIONS.items()},
-                "actions": lifecycle_actions(tuple(ACTION_TARGETS)),
-                "charts": [{"metric": metric, "title": title, "unit": METRICS[metric]} for metric, title in CHARTS],
+                "actions": actions,
+                "charts": [{"metric": metric, "title": title} for metric, title in CHARTS],
                 "window": window if window in WINDOWS else "15m",
                 "gpus": [row.index for row in gpus],
                 "limits": chart_limits(node, gpus),

@@ -218,7 +218,7 @@ async function loadWindow(name) {
       entry.plot.setData(entry.data);
     });
     const source = { raw: "raw samples", minute: "1-minute rollups", hour: "hourly rollups" }[answers[0].source] ?? answers[0].source;
-    status.textContent = points || liveBuffer.length
+    status.textContent = points || (name === LIVE_WINDOW && liveBuffer.length)
       ? `${name === LIVE_WINDOW ? "live, " : ""}from ${source}, ${answers[0].step_s} s per point`
       : "no telemetry stored for this window";
   } catch (error) {
