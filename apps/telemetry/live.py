@@ -47,15 +47,28 @@ def _whole(value: float | None, scale: float = 1.0) -> int | None:
     return None if value is None else round(value / scale)
 
 
-def heat_cell(gpu: dict[str, Any]) -> dict[str, int | None]:
-    """One GPU's cell of the fleet heatmap: whole numbers, since a colour cannot show a tenth of a
-    percent and every value that does not change is a value the delta leaves out."""
-    return {
-        "util": _whole(gpu["util_gpu"]),
-        "power": _whole(gpu["power_w"]),
-        "temp": _whole(gpu["temp_c"]),
-        "mem": _whole(gpu["mem_used_mib"], 1024),  # GiB
-    }
+HEAT_FIELDS = ("util", "power", "temp", "mem")  # a heatmap cell's values, in this order
+
+
+def heat_cell(gpu: dict[str, Any]) -> list[int | None]:
+    """One GPU's heatmap cell, ``HEAT_FIELDS`` in order: utilization %, power W, temperature °C and
+    memory used GiB, in whole numbers, since a colour cannot show a tenth of a percent and every value
+    that does not move is one the delta leaves out."""
+    return [
+        _whole(gpu["util_gpu"]),
+        _whole(gpu["power_w"]),
+        _whole(gpu["temp_c"]),
+        _whole(gpu["mem_used_mib"], 1024),
+    ]
+
+
+def heat_cells(gpus: list[dict[str, Any]]) -> list[list[int | None] | None]:
+    """A node's cells by GPU index (null for an index that did not report): one short list, which a
+    delta replaces whole. At 1,000 nodes that is ~130 bytes a node instead of ~360 as objects."""
+    cells: list[list[int | None] | None] = [None] * (max((g["index"] for g in gpus), default=-1) + 1)
+    for gpu in gpus:
+        cells[gpu["index"]] = heat_cell(gpu)
+    return cells
 
 
 def fleet_entry(update: dict[str, Any]) -> dict[str, Any]:
@@ -71,7 +84,7 @@ def fleet_entry(update: dict[str, Any]) -> dict[str, Any]:
         "util_gpu_mean": fmean(utils) if utils else None,
         "power_w_total": sum(powers) if powers else None,
         "temp_c_max": max(temps) if temps else None,
-        "heat": {str(g["index"]): heat_cell(g) for g in gpus},
+        "heat": heat_cells(gpus),
     }
 
 

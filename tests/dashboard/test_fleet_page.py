@@ -86,7 +86,7 @@ def test_the_heatmap_shows_the_fleet_and_changes_as_samples_arrive(open_page, vi
 
     group_send(live.FLEET_GROUP, fleet_update(node_update(node.pk, T0 + 1, utils={5: 100.0})))
 
-    page.wait_for_function(f"window.cpFleet.live.fleet['{node.pk}'].heat['5'].util === 100", timeout=5_000)
+    page.wait_for_function(f"window.cpFleet.live.fleet['{node.pk}'].heat[5][0] === 100", timeout=5_000)
     after = cell_colour(page, node, 5)
     assert after != before
     assert cell_colour(page, node, 4) == before  # its sibling did not move

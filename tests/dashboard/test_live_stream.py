@@ -132,7 +132,7 @@ def test_it_answers_a_fleet_subscription_with_every_nodes_summary(open_browser, 
                 "util_gpu_mean": 40.0,
                 "power_w_total": 3200.0,
                 "temp_c_max": 60.0,
-                "heat": {str(i): {"util": 40, "power": 400, "temp": 60, "mem": 39} for i in range(8)},
+                "heat": [[40, 400, 60, 39]] * 8,
             },
             str(quiet.pk): {
                 "hostname": "gpu-b",
@@ -202,13 +202,15 @@ def test_it_sends_the_fleet_only_the_nodes_and_fields_that_changed(open_browser,
         "util_gpu_mean": 50.0,
         "power_w_total": 3200.0,
         "temp_c_max": 60.0,
-        "heat": {str(i): {"util": 50, "power": 400, "temp": 60, "mem": 39} for i in range(8)},
+        "heat": [[50, 400, 60, 39]] * 8,
     }
 
     group_send(live.FLEET_GROUP, fleet_update(node_update(node.pk, T0 + 1, utils={0: 90.0})))  # other: unchanged
     assert browser.receive() == {
         "type": "delta",
-        "fleet": {str(node.pk): {"ts": T0 + 1, "util_gpu_mean": 55.0, "heat": {"0": {"util": 90}}}},
+        "fleet": {
+            str(node.pk): {"ts": T0 + 1, "util_gpu_mean": 55.0, "heat": [[90, 400, 60, 39]] + [[50, 400, 60, 39]] * 7}
+        },
     }
 
 

@@ -50,7 +50,7 @@ async def test_it_sends_a_nodes_newest_sample_to_its_group_and_the_fleet_at_once
             "util_gpu_mean": 40.0,
             "power_w_total": 3200.0,
             "temp_c_max": 60.0,
-            "heat": {str(i): {"util": 40, "power": 400, "temp": 60, "mem": 39} for i in range(8)},
+            "heat": [[40, 400, 60, 39]] * 8,
         }
     ]
 

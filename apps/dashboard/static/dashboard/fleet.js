@@ -73,7 +73,7 @@ function renderCosts(fleet) {
     if (entry.lifecycle !== "retired") capacity += gpuHour * node.gpus;
     if (entry.power_w_total && entry.liveness === "online") energy += (entry.power_w_total / 1000) * (page.pricing.kw_hour[node.cluster] ?? 0);
     if (entry.liveness === "online" && entry.heat) {
-      for (const cell of Object.values(entry.heat)) if (cell.util !== null && cell.util < IDLE_BELOW_UTIL) idle += gpuHour;
+      for (const cell of entry.heat) if (cell && cell[0] !== null && cell[0] < IDLE_BELOW_UTIL) idle += gpuHour;
     }
   }
   setText(document.getElementById("cost-capacity"), money.format(capacity));

@@ -7,10 +7,11 @@ import { escapeHtml } from "./api.js";
 import { colourOf, cssVar } from "./scale.js";
 
 export const METRICS = {
-  util: { label: "Utilization", unit: "%", low: 0, high: () => 100 },
-  power: { label: "Power", unit: "W", low: 0, high: (tops) => tops.power },
-  temp: { label: "Temperature", unit: "°C", low: 25, high: () => 95 },
-  mem: { label: "Memory used", unit: "GiB", low: 0, high: (tops) => tops.mem },
+  // `at`: the value's place in a cell of the fleet stream's `heat` (apps/telemetry/live.py HEAT_FIELDS)
+  util: { label: "Utilization", unit: "%", at: 0, low: 0, high: () => 100 },
+  power: { label: "Power", unit: "W", at: 1, low: 0, high: (tops) => tops.power },
+  temp: { label: "Temperature", unit: "°C", at: 2, low: 25, high: () => 95 },
+  mem: { label: "Memory used", unit: "GiB", at: 3, low: 0, high: (tops) => tops.mem },
   errors: { label: "Open alarms on the GPU", unit: "", low: 0, high: () => 1 },
 };
 function rootFontPx() {
@@ -89,7 +90,7 @@ export class Heatmap {
       if (entry.alarm_gpus?.includes(gpu)) return 1;
       return entry.alarms ? 0.5 : 0; // a node-wide alarm (InfiniBand, liveness) shades all its GPUs
     }
-    return entry.heat?.[gpu]?.[this.metric] ?? null;
+    return entry.heat?.[gpu]?.[METRICS[this.metric].at] ?? null;
   }
 
   draw() {
@@ -147,13 +148,14 @@ export class Heatmap {
     const hit = this.hit(event);
     if (!hit) { this.tip.hidden = true; return; }
     const entry = this.fleet[hit.block.node.id] ?? {};
-    const cell = entry.heat?.[hit.gpu] ?? {};
+    const cell = entry.heat?.[hit.gpu] ?? [];
+    const [util, power, temp, mem] = [0, 1, 2, 3].map((at) => cell[at]);
     const show = (value, unit) => (value === null || value === undefined ? "–" : `${value} ${unit}`);
     const lines = [
       `<strong>${escapeHtml(hit.block.node.hostname)}</strong> GPU ${hit.gpu}`,
       escapeHtml(`${entry.lifecycle ?? ""} · ${entry.liveness ?? ""}`),
-      `Utilization ${show(cell.util, "%")} · Power ${show(cell.power, "W")}`,
-      `Temperature ${show(cell.temp, "°C")} · Memory ${show(cell.mem, "GiB")}`,
+      `Utilization ${show(util, "%")} · Power ${show(power, "W")}`,
+      `Temperature ${show(temp, "°C")} · Memory ${show(mem, "GiB")}`,
     ];
     if (entry.alarms) lines.push(`${entry.alarms} open alarm${entry.alarms > 1 ? "s" : ""} (worst: ${entry.severity})`);
     if (entry.straggler_gpus?.includes(hit.gpu)) lines.push("Flagged as a straggler");
