@@ -21,7 +21,7 @@ export function merge(into, patch) {
 }
 
 export class LiveSocket {
-  /** streams: e.g. [{subscribe: "fleet"}, {subscribe: "node", node: 7}].
+  /** streams: e.g. [{subscribe: "fleet"}, {subscribe: "node", node: 7}, {subscribe: "failures"}].
    *  onUpdate(kind, payload) is called after each snapshot ("snapshot") or delta ("delta") is merged. */
   constructor(streams, onUpdate) {
     this.streams = streams;
@@ -60,7 +60,7 @@ export class LiveSocket {
     this.lastMessageAt = performance.now();
     if (message.type === "snapshot") {
       if (message.stream === "fleet") this.fleet = message.nodes;
-      else this.nodes[message.node] = message.state;
+      else if (message.stream === "node") this.nodes[message.node] = message.state;
     } else if (message.type === "delta") {
       if (message.fleet && this.fleet) merge(this.fleet, message.fleet);
       for (const [id, patch] of Object.entries(message.nodes ?? {})) {
