@@ -151,12 +151,13 @@ def test_the_api_gives_a_viewer_the_same_figures(api_client, fleet):
     Failure.objects.update(first_seen=timezone.now() - timedelta(days=2))  # all of them inside the last 7 days
     Node.objects.filter(lifecycle=Lifecycle.RETIRED).update(lifecycle_changed_at=timezone.now())
     body = api_client(Role.VIEWER).get(URL, {"days": 7}).json()
-    assert body["period"]["days"] == 7 and body["period"]["hours"] == 168
+    assert (body["period"]["days"], body["period"]["hours"]) == (7, 168)
     assert (body["gpus"], body["failures"]) == (36, 8)  # both retired nodes were in the fleet this week
     assert body["fleet_mtbf_hours"] == pytest.approx(168 / 8)
     assert body["failures_per_gpu_year"] == pytest.approx(8 / (36 * 7 / 365.25))
     h1 = next(node for node in body["nodes"] if node["hostname"] == "h1")
-    assert (h1["failures"], h1["mtbf_hours"], h1["kinds"]) == (4, pytest.approx(42), {"xid": 2, "liveness": 1, "ecc": 1})
+    assert (h1["failures"], h1["mtbf_hours"]) == (4, pytest.approx(42))
+    assert h1["kinds"] == {"xid": 2, "liveness": 1, "ecc": 1}
     assert body["worst_nodes"][0]["hostname"] == "h1"
     assert next(node for node in body["nodes"] if node["hostname"] == "a1")["mtbf_hours"] is None
 
