@@ -128,6 +128,11 @@ class NodeReliability:
         """``(kind, failures)``, most frequent first."""
         return sorted(self.kinds.items(), key=lambda item: (-item[1], item[0]))
 
+    @property
+    def kind_labels_by_count(self) -> list[tuple[str, int]]:
+        """``(kind's label, failures)``, most frequent first."""
+        return [(FailureKind(kind).label, number) for kind, number in self.kinds_by_count]
+
 
 @dataclass
 class Reliability:
