@@ -1,7 +1,7 @@
 """The list endpoints and the dashboard's pages cost the same number of queries for 10 nodes as for 500.
 
-A module-scoped fleet is built once in bulk: the query count of each endpoint is measured at 10
-nodes, the fleet grows to 500, and each test asserts the same count (and that the answer grew).
+A module-scoped fleet is built once in bulk: the query count of each endpoint and page is measured
+at 10 nodes, the fleet grows to 500, and each test asserts the same count (and that the answer grew).
 """
 
 import itertools
@@ -9,13 +9,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from django.conf import settings
 from django.db import connection
 from django.db.models import OuterRef, Subquery
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from apps.accounts.models import AuditLogEntry, User
 from apps.accounts.roles import Role
+from apps.failures.choices import FailureKind, Severity
+from apps.failures.models import Failure
 from apps.inventory.choices import Lifecycle, LinkState, PortKind, SwitchTier
 from apps.inventory.models import (
     Gpu,
@@ -30,6 +35,7 @@ from apps.inventory.models import (
     Switch,
     SwitchPort,
 )
+from apps.telemetry.models import PortSample
 from tests import factories
 from tests.shared_data import rolled_back_afterwards
 
@@ -85,6 +91,7 @@ class Fleet:
         )
         self._add_gpus(nodes)
         self._add_cabled_ports(nodes, first)
+        self._add_failures_and_port_samples(nodes)
         self.size = size
 
     def _add_gpus(self, nodes: list[Node]) -> None:
@@ -134,6 +141,43 @@ class Fleet:
             )
         )
 
+    def _add_failures_and_port_samples(self, nodes: list[Node]) -> None:
+        """An XID per node with a side effect under it, and a fresh sample of every port."""
+        now = timezone.now()
+        fields = {"kind": FailureKind.XID, "severity": Severity.CRITICAL, "first_seen": now, "last_seen": now}
+        causes = Failure.objects.bulk_create(
+            Failure(node=n, gpu_index=3, code="xid-79", xid=79, title="XID 79", recommended_action="-", **fields)
+            for n in nodes
+        )
+        Failure.objects.bulk_create(
+            Failure(
+                node_id=c.node_id,
+                gpu_index=3,
+                code="xid-45",
+                xid=45,
+                title="XID 45",
+                recommended_action="-",
+                cause=c,
+                **fields,
+            )
+            for c in causes
+        )
+        PortSample.objects.bulk_create(
+            PortSample(
+                node_id=n.pk,
+                ts=now,
+                device=f"mlx5_{i}",
+                port=1,
+                state="active",
+                rate_gbps=400,
+                tx_gbps=100,
+                rx_gbps=50,
+                received_at=now,
+            )
+            for n in nodes
+            for i in range(NICS_PER_NODE)
+        )
+
 
 @dataclass
 class Measured:
@@ -172,6 +216,23 @@ ENDPOINTS = {
 }
 
 
+# The dashboard's pages whose content grows with the fleet; a row is a link to a node's page.
+PAGES = {
+    "failures page": "/failures/?state=all&limit=500",
+    "failures page, the feed's partial": "/failures/?partial=1&limit=500",
+    "topology page": "/topology/",
+    "racks page": "/racks/",
+    "reliability page": "/reliability/?days=30",
+}
+
+
+def measure_page(client: APIClient, url: str) -> Measured:
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(url)
+    assert response.status_code == 200, response.content[:300]
+    return Measured(len(queries), response.content.decode().count('href="/nodes/'))
+
+
 def urls_for(fleet: Fleet) -> dict[str, str]:
     """The second leaf and a node under it: both the leaf and the node's siblings grow with the fleet."""
     node = Node.objects.get(hostname=f"gpu-{FIRST_LEAF_NODES:04d}")
@@ -192,7 +253,12 @@ def measure(client: APIClient, url: str) -> Measured:
 def fleet_measured(django_db_setup, django_db_blocker) -> Iterator[tuple[APIClient, dict[str, str], dict]]:
     """The client, the endpoints and their cost at 10 nodes; the fleet has 500 when the tests run.
     Everything is rolled back when the module is done."""
-    with rolled_back_afterwards(django_db_blocker):
+    # Pages name static files; tests serve them unhashed (tests/conftest.py does so per test).
+    plain_static = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
+    with rolled_back_afterwards(django_db_blocker), override_settings(STORAGES=plain_static):
         client = APIClient()
         # A session, not a token: a token writes its last use now and then, which is not the endpoint's cost.
         client.force_login(User.objects.create(username="ops", role=Role.OPERATOR))  # the audit log needs it
@@ -200,6 +266,7 @@ def fleet_measured(django_db_setup, django_db_blocker) -> Iterator[tuple[APIClie
         fleet.grow_to(SMALL)
         urls = urls_for(fleet)
         small = {name: measure(client, url) for name, url in urls.items()}
+        small |= {name: measure_page(client, url) for name, url in PAGES.items()}
         fleet.grow_to(LARGE)
         yield client, urls, small
 
@@ -217,3 +284,12 @@ def test_it_costs_the_same_queries_for_500_nodes_as_for_10(name, fleet_measured,
 
     assert response.status_code == 200
     assert rows_in(response) > small[name].rows, "the fleet did not grow under this endpoint"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", list(PAGES))
+def test_a_page_costs_the_same_queries_for_500_nodes_as_for_10(name, fleet_measured):
+    client, _, small = fleet_measured
+    large = measure_page(client, PAGES[name])
+    assert large.queries == small[name].queries
+    assert large.rows > small[name].rows, "the fleet did not grow on this page"
