@@ -49,9 +49,16 @@ class RackView:
         return min([1] + [node.position for node in self.placed])
 
     @property
-    def units(self) -> list[int]:
-        """Unit numbers, top first (one grid row each)."""
-        return list(range(self.top, self.bottom - 1, -1))
+    def height(self) -> int:
+        """Units from the bottom to the top: the rows of its grid."""
+        return self.top - self.bottom + 1
+
+    @property
+    def labelled_units(self) -> list[tuple[int, int]]:
+        """``(grid row, unit)`` of the units that carry a number on the rail: the first and every fifth."""
+        return [
+            (self.top - unit + 1, unit) for unit in range(self.top, self.bottom - 1, -1) if unit == 1 or unit % 5 == 0
+        ]
 
     @property
     def placed(self) -> list[RackedNode]:

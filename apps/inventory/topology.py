@@ -137,6 +137,19 @@ class CabledNode:
                 total += port.load
         return total
 
+    @property
+    def summary(self) -> str:
+        """What hovering over the node says: its state, its links that are not up, its traffic (built
+        here rather than in the template, which would loop over 8,000 ports at the 1,000-node scale)."""
+        lines = [f"{self.hostname} ({self.liveness}, {self.lifecycle})"]
+        lines += [f"{port.name}: {port.condition}" for port in self.ports if port.condition != UP]
+        load = self.load
+        if load.links:
+            lines.append(f"tx {load.tx_gbps:.1f} Gb/s, rx {load.rx_gbps:.1f} Gb/s of {load.rate_gbps:.0f} Gb/s")
+        else:
+            lines.append("no recent port sample")
+        return "\n".join(lines)
+
 
 @dataclass
 class SwitchView:

@@ -10,7 +10,7 @@ const METRICS = {
   power: { field: "power_w_total", unit: "kW", label: (kw) => kw.toFixed(1), scale: page.scales.power.map((w) => w / 1000) },
   temp: { field: "temp_c_max", unit: "°C", label: (c) => Math.round(c), scale: page.scales.temp },
 };
-const LIGHT_FROM = 0.6; // from here up viridis is light enough for dark text
+const LIGHT_FROM = 0.45; // from here up black text contrasts more with viridis than white does (WCAG ratio)
 
 const nodes = [...document.querySelectorAll(".rack-node[data-node]")];
 const racks = [...document.querySelectorAll(".rack-panel[data-rack]")];
