@@ -160,6 +160,61 @@ def test_without_nodes_it_says_how_to_get_some(viewer_user):
     assert "simulate" in html
 
 
+# Topology, racks, reliability: Django client ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/topology/", "/racks/", "/reliability/"])
+def test_without_nodes_each_page_says_how_to_get_some(viewer_user, path):
+    html = page(viewer_user, path)
+    assert "No nodes yet" in html
+    assert "import_inventory" in html
+
+
+def test_the_topology_without_a_fabric_says_how_to_describe_one(viewer_user, gpu_node):
+    html = page(viewer_user, "/topology/")
+    assert "No fabric in the inventory yet" in html
+
+
+def test_the_topology_shows_each_leaf_with_its_nodes(viewer_user, gpu_node):
+    leaf = factories.switch(factories.fabric(gpu_node.cluster))
+    factories.cable_node_to_leaf(gpu_node, leaf)
+    html = page(viewer_user, "/topology/")
+    assert leaf.name in html
+    assert f'href="/nodes/{gpu_node.pk}/"' in html
+    assert "2/2" in html  # both of its ports up
+    assert "node links: " in html
+
+
+def test_racks_place_racked_nodes_and_list_the_others_apart(viewer_user, gpu_node):
+    rack = Rack.objects.create(cluster=gpu_node.cluster, name="r07")
+    Node.objects.filter(pk=gpu_node.pk).update(rack=rack, rack_position=3)
+    loose = factories.node(gpu_node.cluster, gpu_node.node_type, "gpu-018")
+    html = page(viewer_user, "/racks/")
+    assert "r07" in html
+    assert "grid-row: 33 / span 8" in html  # units 3 to 10 of 42, drawn top first
+    assert 'id="unracked"' in html
+    assert f'data-node="{loose.pk}"' in html
+
+
+@pytest.mark.parametrize(("query", "days", "failures"), [("", 30, 2), ("?days=7", 7, 1), ("?days=365", 365, 2)])
+def test_reliability_covers_the_chosen_period(viewer_user, gpu_node, query, days, failures):
+    now = timezone.now().timestamp()
+    record_event(gpu_node.pk, xid(79, at=now - 3600))
+    record_event(gpu_node.pk, xid(48, gpu=1, at=now - 10 * 86400))
+    html = page(viewer_user, f"/reliability/{query}")
+    assert f'href="?days={days}" aria-current="page"' in html
+    assert f'<span class="value">{failures}</span><span class="label">failures</span>' in html
+    assert 'id="worst-nodes"' in html
+
+
+def test_reliability_explains_a_period_it_does_not_offer(viewer_user, gpu_node):
+    html = page(viewer_user, "/reliability/?days=12")
+    assert "is not a period this page offers" in html
+    assert 'href="?days=30" aria-current="page"' in html
+    assert "No failures in the last 30 days" in html
+    assert "no failures" in html  # the node's MTBF
+
+
 # A small fleet for the browser ---------------------------------------------------------------------
 
 
@@ -326,15 +381,43 @@ def test_each_page_shows_the_fleet_light_and_dark_at_1280_and_at_4k(open_page, v
 
 @needs_redis
 @pytest.mark.browser
-def test_an_injected_xid_79_appears_in_the_open_feed_without_reload(open_page, viewer):
-    node = factories.node(factories.cluster(), factories.node_type(nics=0), "gpu-042")
+def test_racks_switch_to_temperature_and_keep_the_choice_in_the_address(open_page, viewer):
+    fleet = off_the_event_loop(ops_fleet)
+    page = open_page(viewer, "/racks/")
+    hot = page.locator(f'.rack-node[data-node="{fleet.hot.pk}"]')
+    expect(hot.locator(".value")).to_have_text("5.5 kW")
+
+    page.get_by_text("Temperature").click()
+
+    expect(hot.locator(".value")).to_have_text("88 °C")  # its hottest GPU: 86 + 2
+    expect(page.locator("#legend-high")).to_have_text("90 °C")
+    assert page.url.endswith("/racks/?metric=temp")
+    assert "hottest GPU 88 °C" in hot.get_attribute("title")
+    screenshot(page, "racks-temperature")
+    page.reload()
+    expect(hot.locator(".value")).to_have_text("88 °C")
+
+
+@pytest.fixture
+def node_042(transactional_db) -> Node:
+    return factories.node(factories.cluster(), factories.node_type(nics=0), "gpu-042")
+
+
+@pytest.fixture
+def xid_79(node_042) -> Failure:
+    return off_the_event_loop(lambda: record_event(node_042.pk, xid(79, gpu=5, at=time.time())))
+
+
+@needs_redis
+@pytest.mark.browser
+def test_an_injected_xid_79_appears_in_the_open_feed_without_reload(open_page, viewer, node_042):
     page = open_page(viewer, "/failures/")
     expect(page.locator("#no-failures")).to_contain_text("No open failures")
     live(page)
     expect(page.locator("#failure-feed")).to_have_attribute("data-reads", "1")  # read again after the snapshot
     page.evaluate("window.notReloaded = true")
 
-    off_the_event_loop(lambda: record_events(node.pk, events(xid(79, gpu=5, at=time.time(), data="fell off"))))
+    off_the_event_loop(lambda: record_events(node_042.pk, events(xid(79, gpu=5, at=time.time(), data="fell off"))))
 
     row = page.locator("#failure-list > li[data-failure]")
     expect(row).to_have_count(1)
@@ -347,9 +430,8 @@ def test_an_injected_xid_79_appears_in_the_open_feed_without_reload(open_page, v
 
 @needs_redis
 @pytest.mark.browser
-def test_an_operator_acknowledges_then_resolves_a_failure_from_the_page(open_page, operator):
-    node = factories.node(factories.cluster(), factories.node_type(nics=0), "gpu-042")
-    failure = off_the_event_loop(lambda: record_event(node.pk, xid(79, gpu=5, at=time.time())))
+def test_an_operator_acknowledges_then_resolves_a_failure_from_the_page(open_page, operator, xid_79):
+    failure = xid_79
     page = open_page(operator, "/failures/")
     row = page.locator(f'li[data-failure="{failure.pk}"]')
     screenshot(page, "failures-operator")
@@ -374,9 +456,8 @@ def test_an_operator_acknowledges_then_resolves_a_failure_from_the_page(open_pag
 
 @needs_redis
 @pytest.mark.browser
-def test_a_viewer_sees_no_buttons_and_a_forged_acknowledge_is_refused(open_page, viewer):
-    node = factories.node(factories.cluster(), factories.node_type(nics=0), "gpu-042")
-    failure = off_the_event_loop(lambda: record_event(node.pk, xid(79, gpu=5, at=time.time())))
+def test_a_viewer_sees_no_buttons_and_a_forged_acknowledge_is_refused(open_page, viewer, xid_79):
+    failure = xid_79
     page = open_page(viewer, "/failures/")
     expect(page.locator(f'li[data-failure="{failure.pk}"]')).to_be_visible()
     expect(page.locator("button[data-action]")).to_have_count(0)
