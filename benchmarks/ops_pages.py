@@ -20,14 +20,14 @@ import sys
 import time
 import warnings
 from datetime import timedelta
-from decimal import Decimal
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.bench_fleet import GPUS, h100_nodes
 from benchmarks.scratch_database import scratch_postgresql
 
-GPUS = PORTS = 8
+PORTS = 8
 NODES_PER_LEAF = 32
 NODES_PER_RACK = 4
 FAILURES_PER_DAY = 8
@@ -44,20 +44,10 @@ PAGES = {  # the topology first: its port samples must still be recent (apps/tel
 def build_fleet(nodes: int) -> list[int]:
     """Inventory in bulk: nodes, GPUs, racks, a two-tier fabric, every node port cabled to its leaf."""
     from apps.inventory.choices import FabricKind, FabricTopology, Lifecycle, LinkState, PortKind, SwitchTier
-    from apps.inventory.models import Cluster, Fabric, Gpu, Link, NetworkPort, Node, NodeType, Rack, Switch, SwitchPort
+    from apps.inventory.models import Fabric, Link, NetworkPort, Node, Rack, Switch, SwitchPort
 
-    cluster = Cluster.objects.create(name="bench")
-    node_type = NodeType.objects.create(
-        name="bench-h100",
-        gpu_model="NVIDIA H100 80GB HBM3",
-        gpus_per_node=GPUS,
-        gpu_memory_gb=80,
-        peak_bf16_tflops=Decimal("989.4"),
-        hbm_bandwidth_gbs=3350,
-        nvlink_bandwidth_gbs=900,
-        network_gbps_per_gpu=400,
-        gpu_power_limit_w=700,
-    )
+    created = h100_nodes(nodes, lifecycle=Lifecycle.IN_SERVICE)
+    cluster = created[0].cluster
     fabric = Fabric.objects.create(
         name="bench-ib", cluster=cluster, kind=FabricKind.INFINIBAND, topology=FabricTopology.FAT_TREE
     )
@@ -68,22 +58,9 @@ def build_fleet(nodes: int) -> list[int]:
     racks = Rack.objects.bulk_create(
         Rack(cluster=cluster, name=f"r{i:03d}", power_budget_kw=45) for i in range(-(-nodes // NODES_PER_RACK))
     )
-    created = Node.objects.bulk_create(
-        Node(
-            hostname=f"bench-{n:04d}",
-            cluster=cluster,
-            node_type=node_type,
-            rack=racks[n // NODES_PER_RACK],
-            rack_position=2 + 9 * (n % NODES_PER_RACK),
-            lifecycle=Lifecycle.IN_SERVICE,
-        )
-        for n in range(nodes)
-    )
-    Gpu.objects.bulk_create(
-        Gpu(node=node, index=i, uuid=f"GPU-{node.pk:08x}-0000-0000-0000-{i:012x}", model=node_type.gpu_model)
-        for node in created
-        for i in range(GPUS)
-    )
+    for n, node in enumerate(created):
+        node.rack, node.rack_position = racks[n // NODES_PER_RACK], 2 + 9 * (n % NODES_PER_RACK)
+    Node.objects.bulk_update(created, ["rack", "rack_position"])
     ends = [(n, node, p) for n, node in enumerate(created) for p in range(PORTS)]
     links = Link.objects.bulk_create(Link() for _ in ends)
     switch_ports = SwitchPort.objects.bulk_create(
