@@ -408,6 +408,7 @@ def test_an_injected_xid_79_appears_in_the_open_feed_without_reload(open_page, v
     expect(page.locator("#no-failures")).to_contain_text("No open failures")
     live(page)
     expect(page.locator("#failure-feed")).to_have_attribute("data-reads", "1")  # read again after the snapshot
+    screenshot(page, "failures-empty")
     page.evaluate("window.notReloaded = true")
 
     off_the_loop(record_events, node_042.pk, events(xid(79, gpu=5, at=time.time(), data="fell off")))
@@ -467,3 +468,34 @@ def test_a_viewer_sees_no_buttons_and_a_forged_acknowledge_is_refused(open_page,
     assert list(AuditLogEntry.objects.filter(object_id=str(failure.pk)).values_list("action", flat=True)) == [
         "failure.open"
     ]
+
+
+@needs_redis
+@pytest.mark.browser
+def test_load_more_appends_the_next_page_in_place(open_page, viewer, node_042):
+    now = timezone.now()
+    Failure.objects.bulk_create(
+        Failure(
+            node=node_042,
+            kind="xid",
+            code=f"xid-{i}",
+            xid=13,
+            severity="warning",
+            title=f"XID 13 number {i}",
+            recommended_action="-",
+            state="resolved",
+            first_seen=now - timedelta(minutes=i),
+            last_seen=now - timedelta(minutes=i),
+        )
+        for i in range(60)
+    )
+    page = open_page(viewer, "/failures/?state=resolved")
+    rows = page.locator("#failure-list > li[data-failure]")
+    expect(rows).to_have_count(50)
+
+    page.get_by_role("link", name="Load more").click()
+
+    expect(rows).to_have_count(60)
+    expect(rows.last).to_contain_text("XID 13 number 59")  # oldest last
+    expect(page.locator("#load-more")).to_have_count(0)
+    assert page.url.endswith("/failures/?state=resolved")  # loaded in place
