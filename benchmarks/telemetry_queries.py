@@ -23,14 +23,13 @@ import statistics
 import sys
 import time
 import warnings
-from decimal import Decimal
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.bench_fleet import GPUS, h100_nodes
 from benchmarks.scratch_database import scratch_postgresql
 
-GPUS = 8
 RAW_SECONDS = 16 * 60
 MINUTES = 24 * 60
 HOURS = 30 * 24
@@ -128,7 +127,7 @@ def _fill(first_node: int, nodes: int, table: str, steps: int, times: tuple[str,
 def fill(nodes: int) -> list[int]:
     from django.db import connection
 
-    from apps.inventory.models import Cluster, Gpu, Node, NodeType
+    from apps.inventory.models import Node
 
     filled = Node.objects.filter(hostname__startswith="bench-").count()
     if filled == nodes:
@@ -141,26 +140,7 @@ def fill(nodes: int) -> list[int]:
     if filled:
         sys.exit(f"The kept database holds {filled} nodes, not {nodes}: run once without --keep to refill it.")
     started = time.perf_counter()
-    cluster = Cluster.objects.create(name="bench")
-    node_type = NodeType.objects.create(
-        name="bench-h100",
-        gpu_model="NVIDIA H100 80GB HBM3",
-        gpus_per_node=GPUS,
-        gpu_memory_gb=80,
-        peak_bf16_tflops=Decimal("989.4"),
-        hbm_bandwidth_gbs=3350,
-        nvlink_bandwidth_gbs=900,
-        network_gbps_per_gpu=400,
-        gpu_power_limit_w=700,
-    )
-    created = Node.objects.bulk_create(
-        Node(hostname=f"bench-{n:04d}", cluster=cluster, node_type=node_type) for n in range(nodes)
-    )
-    Gpu.objects.bulk_create(
-        Gpu(node=node, index=i, uuid=f"GPU-{node.pk:08x}-0000-0000-0000-{i:012x}", model=node_type.gpu_model)
-        for node in created
-        for i in range(GPUS)
-    )
+    created = h100_nodes(nodes)
     node_ids = sorted(node.pk for node in created)
     assert node_ids[-1] == node_ids[0] + nodes - 1
     for entry in _plan():

@@ -248,6 +248,7 @@ SPECTACULAR_SETTINGS = {
         "LifecycleEnum": "apps.inventory.choices.Lifecycle",
         "PortKindEnum": "apps.inventory.choices.PortKind",
         "FabricKindEnum": "apps.inventory.choices.FabricKind",
+        "FailureKindEnum": "apps.failures.choices.FailureKind",
         "LinkStateEnum": "apps.inventory.choices.LinkState",
         "RoleEnum": "apps.accounts.roles.Role",
         "EnrollmentTokenStateEnum": "apps.gateway.choices.EnrollmentTokenState",

@@ -99,6 +99,7 @@ REQUIRED_ROLE: dict[str, dict[str, str]] = {
     **read_only("/api/v1/failures"),
     "/api/v1/failures/{id}/acknowledge": {"POST": OPERATOR},
     "/api/v1/failures/{id}/resolve": {"POST": OPERATOR},
+    "/api/v1/failures/reliability": {"GET": VIEWER},
     **read_only("/api/v1/stragglers"),
     "/api/v1/xid-catalog": {"GET": VIEWER},
     "/api/v1/xid-catalog/{code}": {"GET": VIEWER},

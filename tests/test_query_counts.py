@@ -15,10 +15,13 @@ from django.db import connection
 from django.db.models import OuterRef, Subquery
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from apps.accounts.models import AuditLogEntry, User
 from apps.accounts.roles import Role
+from apps.failures.choices import FailureKind, Severity
+from apps.failures.models import Failure
 from apps.inventory.choices import Lifecycle, LinkState, PortKind, SwitchTier
 from apps.inventory.models import (
     Gpu,
@@ -33,6 +36,7 @@ from apps.inventory.models import (
     Switch,
     SwitchPort,
 )
+from apps.telemetry.models import PortSample
 from tests import factories
 from tests.conftest import SOURCE_STATIC_FILES
 from tests.dashboard.node_data import node_with_history
@@ -90,6 +94,7 @@ class Fleet:
         )
         self._add_gpus(nodes)
         self._add_cabled_ports(nodes, first)
+        self._add_failures_and_port_samples(nodes)
         self.size = size
 
     def _add_gpus(self, nodes: list[Node]) -> None:
@@ -139,6 +144,43 @@ class Fleet:
             )
         )
 
+    def _add_failures_and_port_samples(self, nodes: list[Node]) -> None:
+        """An XID per node with a side effect under it, and a fresh sample of every port."""
+        now = timezone.now()
+        fields = {"kind": FailureKind.XID, "severity": Severity.CRITICAL, "first_seen": now, "last_seen": now}
+        causes = Failure.objects.bulk_create(
+            Failure(node=n, gpu_index=3, code="xid-79", xid=79, title="XID 79", recommended_action="-", **fields)
+            for n in nodes
+        )
+        Failure.objects.bulk_create(
+            Failure(
+                node_id=c.node_id,
+                gpu_index=3,
+                code="xid-45",
+                xid=45,
+                title="XID 45",
+                recommended_action="-",
+                cause=c,
+                **fields,
+            )
+            for c in causes
+        )
+        PortSample.objects.bulk_create(
+            PortSample(
+                node_id=n.pk,
+                ts=now,
+                device=f"mlx5_{i}",
+                port=1,
+                state="active",
+                rate_gbps=400,
+                tx_gbps=100,
+                rx_gbps=50,
+                received_at=now,
+            )
+            for n in nodes
+            for i in range(NICS_PER_NODE)
+        )
+
 
 @dataclass
 class Measured:
@@ -176,6 +218,11 @@ ENDPOINTS = {
     "fleet page": "/",
     "nodes page": "/nodes/",
     "nodes page filtered by leaf switch and lifecycle": "/nodes/?lifecycle=in_service&leaf_switch_name={leaf_name}",
+    "failures page": "/failures/?state=all&limit=500",
+    "failures page, the list read again": "/failures/?partial=1&limit=500",
+    "topology page": "/topology/",
+    "racks page": "/racks/",
+    "reliability page": "/reliability/?days=30",
 }
 
 

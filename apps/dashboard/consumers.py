@@ -9,6 +9,7 @@ Client → server, one JSON object per text frame, at most 4 KB:
 
     {"subscribe": "fleet"}                  {"unsubscribe": "fleet"}
     {"subscribe": "node", "node": 7}        {"unsubscribe": "node", "node": 7}
+    {"subscribe": "failures"}               {"unsubscribe": "failures"}
 
 A client holds the fleet and up to ``MAX_NODE_STREAMS`` nodes. Subscribing again to a stream it
 holds sends a fresh snapshot (a way to resynchronise).
@@ -17,11 +18,14 @@ Server → client:
 
 - ``{"type": "snapshot", "stream": "fleet", "nodes": {"<id>": entry}}`` and
   ``{"type": "snapshot", "stream": "node", "node": 7, "state": {...}}``: the reply to a subscribe,
-  the stream's current state (apps/dashboard/streams.py lists the fields).
-- ``{"type": "delta", "fleet": {"<id>": {...}}, "nodes": {"<id>": {...}}}``: what changed since the
-  last message, for every stream the client holds, in one message at most once a second. Only values
-  that differ from what the client has are present; a node, GPU or field that is absent is unchanged.
-  Apply it by merging: objects key by key, any other value replaces.
+  the stream's current state (apps/dashboard/streams.py lists the fields). The failures feed has
+  no state: its snapshot, ``{"type": "snapshot", "stream": "failures"}``, only says that every
+  failure change from then on will follow.
+- ``{"type": "delta", "fleet": {"<id>": {...}}, "nodes": {"<id>": {...}}, "failures": {"<id>": {...}}}``:
+  what changed since the last message, for every stream the client holds, in one message at most
+  once a second. Only values that differ from what the client has are present; a node, GPU or field
+  that is absent is unchanged. Apply it by merging: objects key by key, any other value replaces.
+  ``failures`` holds each failure that changed, whole, as the REST API shows it.
 - ``{"type": "unsubscribed", "stream": ..., ["node": 7]}``: the reply to an unsubscribe.
 - ``{"type": "error", "reason": ..., "message": ...}``: the reply to a message the server could not
   act on (malformed JSON, unknown key, wrong type, oversize, unknown node, too many nodes); the
@@ -47,6 +51,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from apps.dashboard import streams, watchers
 from apps.dashboard.access import refusal_now, refusal_on_connect
 from apps.dashboard.deltas import LiveView, Tree
+from apps.dashboard.publish import FAILURES_GROUP
 from apps.telemetry.live import FLEET_GROUP, node_group
 
 log = logging.getLogger(__name__)
@@ -80,7 +85,7 @@ class BadMessage(Exception):
 
 
 NodeId = Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
-Stream = Literal["fleet", "node"]
+Stream = Literal["fleet", "node", "failures"]
 
 
 class ClientMessage(msgspec.Struct, forbid_unknown_fields=True):
@@ -89,11 +94,14 @@ class ClientMessage(msgspec.Struct, forbid_unknown_fields=True):
     node: NodeId | None = None
 
 
-USAGE = 'Expected {"subscribe": "fleet"} or {"subscribe": "node", "node": <id>}, or the same with "unsubscribe".'
+USAGE = (
+    'Expected {"subscribe": "fleet"}, {"subscribe": "failures"} or {"subscribe": "node", "node": <id>}, '
+    'or the same with "unsubscribe".'
+)
 
 
-def parse(text: str) -> tuple[Literal["subscribe", "unsubscribe"], int | None]:
-    """(action, node id or None for the fleet) of a client message, or BadMessage saying what is wrong."""
+def parse(text: str) -> tuple[Literal["subscribe", "unsubscribe"], Stream, int | None]:
+    """(action, stream, node id or None) of a client message, or BadMessage saying what is wrong."""
     try:
         message = msgspec.json.decode(text, type=ClientMessage)
     except msgspec.ValidationError as exc:
@@ -105,7 +113,7 @@ def parse(text: str) -> tuple[Literal["subscribe", "unsubscribe"], int | None]:
     action, stream = ("subscribe", message.subscribe) if message.subscribe else ("unsubscribe", message.unsubscribe)
     if (stream == "node") != (message.node is not None):
         raise BadMessage("invalid", f"`node` (a node id) goes with the node stream, and only with it. {USAGE}")
-    return action, message.node
+    return action, stream, message.node
 
 
 class LiveConsumer(AsyncWebsocketConsumer):
@@ -141,7 +149,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         for task in (self._pusher, self._checker):
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
-        groups = [node_group(n) for n in self.view.node_ids()] + ([FLEET_GROUP] if self.view.holds_fleet() else [])
+        groups = [node_group(n) for n in self.view.node_ids()] + self._stream_groups()
         try:
             for group in groups:
                 await self.channel_layer.group_discard(group, self.channel_name)
@@ -175,8 +183,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
             if not await self._still_allowed():
                 return
             try:
-                if self.view.holds_fleet():
-                    await self.channel_layer.group_add(FLEET_GROUP, self.channel_name)
+                for group in self._stream_groups():
+                    await self.channel_layer.group_add(group, self.channel_name)
                 for node_id in self.view.node_ids():
                     await self.channel_layer.group_add(node_group(node_id), self.channel_name)
                 await watchers.watch(self.channel_name, self.view.node_ids())
@@ -202,11 +210,13 @@ class LiveConsumer(AsyncWebsocketConsumer):
         size = len(text.encode())
         if size > MAX_MESSAGE_BYTES:
             raise BadMessage("oversize", f"Messages are at most {MAX_MESSAGE_BYTES} bytes; this one has {size}.")
-        action, node_id = parse(text)
+        action, stream, node_id = parse(text)
         if action == "unsubscribe":
-            await self._unsubscribe(node_id)
-        elif node_id is None:
+            await self._unsubscribe(stream, node_id)
+        elif stream == "fleet":
             await self._subscribe_fleet()
+        elif stream == "failures":
+            await self._subscribe_failures()
         else:
             await self._subscribe_node(node_id)
 
@@ -216,6 +226,12 @@ class LiveConsumer(AsyncWebsocketConsumer):
         async with self._send_lock:
             self.view.reset_fleet(entries)
             await self._send_snapshot({"stream": "fleet", "nodes": entries})
+
+    async def _subscribe_failures(self) -> None:
+        await self.channel_layer.group_add(FAILURES_GROUP, self.channel_name)
+        async with self._send_lock:
+            self.view.reset_failures()
+            await self._send_snapshot({"stream": "failures"})
 
     async def _subscribe_node(self, node_id: int) -> None:
         if not self.view.holds_node(node_id) and len(self.view.node_ids()) >= MAX_NODE_STREAMS:
@@ -230,11 +246,15 @@ class LiveConsumer(AsyncWebsocketConsumer):
             self.view.reset_node(node_id, state)
             await self._send_snapshot({"stream": "node", "node": node_id, "state": state})
 
-    async def _unsubscribe(self, node_id: int | None) -> None:
-        if node_id is None:
+    async def _unsubscribe(self, stream: Stream, node_id: int | None) -> None:
+        if stream == "fleet":
             await self.channel_layer.group_discard(FLEET_GROUP, self.channel_name)
             self.view.drop_fleet()
             reply = {"type": "unsubscribed", "stream": "fleet"}
+        elif stream == "failures":
+            await self.channel_layer.group_discard(FAILURES_GROUP, self.channel_name)
+            self.view.drop_failures()
+            reply = {"type": "unsubscribed", "stream": "failures"}
         else:
             await self.channel_layer.group_discard(node_group(node_id), self.channel_name)
             await watchers.unwatch(self.channel_name, [node_id])
@@ -265,9 +285,16 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self._owe_update()
 
     async def failure_update(self, event: dict[str, Any]) -> None:
+        """From ``node.<id>`` and from ``failures``: a client holding both gets it twice, and sends it once."""
         failure = event["failure"]
         self.view.offer_node(event["node"], {"failures": {str(failure["id"]): failure}, **event["state"]})
+        self.view.offer_failure(failure["id"], failure)
         self._owe_update()
+
+    def _stream_groups(self) -> list[str]:
+        """The groups of the fleet and failures streams the client holds."""
+        held = ((FLEET_GROUP, self.view.holds_fleet()), (FAILURES_GROUP, self.view.holds_failures()))
+        return [group for group, holds in held if holds]
 
     def _owe_update(self) -> None:
         if self.view.pending and not self._closing and (self._pusher is None or self._pusher.done()):

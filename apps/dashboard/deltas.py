@@ -6,6 +6,11 @@ it was sent with every delta since merged in. ``pending`` collects what arrived 
 delta. ``take_delta`` returns the parts of ``pending`` that differ from ``sent`` (equal values are
 dropped, and a key that ``pending`` lacks is unchanged, never removed), and merges them into
 ``sent``. The client applies a delta the same way: objects merge key by key, anything else replaces.
+
+The failures feed, ``{"failures": {failure: payload}}``, is the exception: it holds no state. Each
+failure that changed goes out whole in the next delta, and ``sent`` forgets it once it went out
+(a page open for weeks would otherwise remember every failure of those weeks; the publisher
+already drops a payload that did not change).
 """
 
 from typing import Any
@@ -14,6 +19,7 @@ Tree = dict[str, Any]
 
 FLEET = "fleet"
 NODES = "nodes"
+FAILURES = "failures"
 _MISSING = object()
 
 
@@ -53,6 +59,9 @@ class LiveView:
     def node_ids(self) -> list[int]:
         return [int(key) for key in self.sent.get(NODES, {})]
 
+    def holds_failures(self) -> bool:
+        return FAILURES in self.sent
+
     def holds_node(self, node_id: int) -> bool:
         return str(node_id) in self.sent.get(NODES, {})
 
@@ -65,6 +74,15 @@ class LiveView:
         """The client was just sent ``state`` as this node's snapshot."""
         self.sent.setdefault(NODES, {})[str(node_id)] = state
         self.pending.get(NODES, {}).pop(str(node_id), None)
+
+    def reset_failures(self) -> None:
+        """The client subscribed to the failures feed: every failure change from now on is its."""
+        self.sent[FAILURES] = {}
+        self.pending.pop(FAILURES, None)
+
+    def drop_failures(self) -> None:
+        self.sent.pop(FAILURES, None)
+        self.pending.pop(FAILURES, None)
 
     def drop_fleet(self) -> None:
         self.sent.pop(FLEET, None)
@@ -82,6 +100,11 @@ class LiveView:
         if self.holds_node(node_id):
             self._offer(NODES, str(node_id), fragment)
 
+    def offer_failure(self, failure_id: int, payload: Tree) -> None:
+        """A failure as it is now (the whole payload, which replaces any earlier one still pending)."""
+        if self.holds_failures():
+            self.pending.setdefault(FAILURES, {})[str(failure_id)] = payload
+
     def _offer(self, stream: str, key: str, fragment: Tree) -> None:
         """Note ``fragment`` for the next delta. A fragment with a ``ts`` (a telemetry sample) no newer
         than what the client has or is about to get is stale (a snapshot read after it was sent, a
@@ -98,4 +121,6 @@ class LiveView:
         delta = changes(self.sent, self.pending)
         self.pending = {}
         merge(self.sent, delta)
+        if self.holds_failures():
+            self.sent[FAILURES] = {}
         return delta

@@ -7,8 +7,9 @@ back, and a failure to publish (Redis away) is logged and never fails the change
 - ``publish_node_state(node)``: its lifecycle or liveness changed (``Node.transition``; the gateway's
   liveness tracking calls it too). Sent to ``node.<id>`` and ``fleet``.
 - ``publish_failure(failure)``: a failure was opened, repeated, linked to a cause, acknowledged or
-  resolved (apps/failures). Its current row, as the REST API shows it, goes to ``node.<id>``; the
-  node's alarm count and worst severity go to ``fleet`` when they changed.
+  resolved (apps/failures). Its current row, as the REST API shows it, goes to ``node.<id>`` and to
+  ``failures`` (the failures page's feed); the node's alarm count and worst severity go to
+  ``fleet`` when they changed.
 
 Messages (channel layer ``type`` → consumer handler): ``node.state`` {node, state: {field: value}},
 ``failure.update`` {node, failure: {...}, state: {alarms, severity}}.
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _REMEMBERED = 10_000  # payloads remembered to drop repeats (a few MB at most)
+FAILURES_GROUP = "failures"
 
 
 class _LastSent:
@@ -91,14 +93,22 @@ def _publish_failure(failure_id: int) -> None:
     node_id, payload = update
     alarms = streams.node_alarms(node_id)
     fleet_message = {"type": "node.state", "node": node_id, "state": alarms}
+    failure_message = {"type": "failure.update", "node": node_id, "failure": payload, "state": alarms}
     _send(
         node_id,
-        to_node={"type": "failure.update", "node": node_id, "failure": payload, "state": alarms},
+        to_node=failure_message,
         to_fleet=fleet_message if _last_sent.is_new(("alarms", node_id), alarms) else None,
+        to_failures=failure_message,
     )
 
 
-def _send(node_id: int, *, to_node: dict[str, Any], to_fleet: dict[str, Any] | None) -> None:
+def _send(
+    node_id: int,
+    *,
+    to_node: dict[str, Any],
+    to_fleet: dict[str, Any] | None,
+    to_failures: dict[str, Any] | None = None,
+) -> None:
     from apps.telemetry.live import FLEET_GROUP, node_group
 
     layer = get_channel_layer()
@@ -109,6 +119,8 @@ def _send(node_id: int, *, to_node: dict[str, Any], to_fleet: dict[str, Any] | N
         await layer.group_send(node_group(node_id), to_node)
         if to_fleet is not None:
             await layer.group_send(FLEET_GROUP, to_fleet)
+        if to_failures is not None:
+            await layer.group_send(FAILURES_GROUP, to_failures)
 
     try:
         async_to_sync(send)()

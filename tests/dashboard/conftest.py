@@ -17,7 +17,7 @@ from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
-from django.db import connections
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.test import Client
 from playwright.sync_api import Browser as PlaywrightBrowser
 from playwright.sync_api import BrowserContext, Page, sync_playwright
@@ -154,6 +154,8 @@ def off_the_loop(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any
             outcome["value"] = function(*args, **kwargs)
         except BaseException as error:  # re-raised on the caller's thread
             outcome["error"] = error
+        finally:
+            connections.close_all()  # the thread's own; left open, it would outlive the thread
 
     thread = threading.Thread(target=run, name=f"off-the-loop:{getattr(function, '__name__', function)}")
     thread.start()
@@ -191,8 +193,11 @@ def chromium(monkeypatch) -> Iterator[PlaywrightBrowser]:
 
 
 @pytest.fixture
-def dashboard(transactional_db, redis_channel_layer) -> Iterator[LiveServer]:
-    """The ASGI server with the dashboard's static files."""
+def dashboard(transactional_db, redis_channel_layer, monkeypatch) -> Iterator[LiveServer]:
+    """The ASGI server with the dashboard's static files. Each HTTP request runs on a thread of its
+    own, whose database connection would outlive it (and keep the test database from being dropped)
+    unless closed when the request finishes."""
+    monkeypatch.setitem(connections.settings[DEFAULT_DB_ALIAS], "CONN_MAX_AGE", 0)
     server = LiveServer(static_files=True)
     server.start()
     yield server

@@ -74,3 +74,19 @@ def test_a_fresh_snapshot_replaces_what_was_owed_for_that_stream():
     view.offer_node(1, {"ts": 2.0, "gpus": {"0": {"util_gpu": 6.0}}})
     view.reset_node(1, {"ts": 3.0, "gpus": {"0": {"util_gpu": 7.0}}})
     assert view.take_delta() == {}
+
+
+def test_the_failures_feed_sends_each_changed_failure_whole_and_keeps_nothing():
+    view = LiveView()
+    view.offer_failure(7, {"id": 7, "state": "open"})
+    assert view.pending == {}  # not subscribed
+    view.reset_failures()
+    view.offer_failure(7, {"id": 7, "state": "open", "count": 1})
+    view.offer_failure(7, {"id": 7, "state": "open", "count": 2})  # the newest payload wins
+    assert view.take_delta() == {"failures": {"7": {"id": 7, "state": "open", "count": 2}}}
+    assert view.sent["failures"] == {}
+    view.offer_failure(7, {"id": 7, "state": "acknowledged", "count": 2})
+    assert view.take_delta() == {"failures": {"7": {"id": 7, "state": "acknowledged", "count": 2}}}
+    view.drop_failures()
+    view.offer_failure(7, {"id": 7, "state": "resolved", "count": 2})
+    assert (view.holds_failures(), view.take_delta()) == (False, {})

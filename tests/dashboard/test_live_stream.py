@@ -299,6 +299,34 @@ def test_a_new_failure_and_its_resolution_reach_a_subscribed_browser(open_browse
     assert delta["nodes"][str(node.pk)]["failures"][str(failure.pk)]["state"] == "resolved"
 
 
+def test_the_failures_feed_carries_every_failure_change_whole(open_browser, viewer, node):
+    browser = open_browser(viewer)
+    assert browser.request({"subscribe": "failures"}) == {"type": "snapshot", "stream": "failures"}
+
+    record_events(node.pk, events(xid(79, gpu=2, at=T0)))
+    failure = Failure.objects.get()
+    delta = browser.receive()
+    assert list(delta) == ["type", "failures"]
+    payload = delta["failures"][str(failure.pk)]
+    assert (payload["hostname"], payload["state"], payload["count"]) == (node.hostname, "open", 1)
+
+    record_events(node.pk, events(xid(79, gpu=2, at=T0 + 5), seq=2))  # a repeat: the node's alarms stay the same
+    assert browser.receive()["failures"][str(failure.pk)]["count"] == 2
+    failure.acknowledge(actor="alice")
+    payload = browser.receive()["failures"][str(failure.pk)]
+    assert (payload["state"], payload["acknowledged_by"], payload["count"]) == ("acknowledged", "alice", 2)
+
+
+def test_it_stops_sending_the_failures_feed_once_unsubscribed(open_browser, viewer, node):
+    browser = open_browser(viewer)
+    browser.request({"subscribe": "failures"})
+    assert browser.request({"unsubscribe": "failures"}) == {"type": "unsubscribed", "stream": "failures"}
+
+    record_events(node.pk, events(xid(79, gpu=2, at=T0)))
+    with pytest.raises(TimeoutError):
+        browser.receive(timeout=1.5)
+
+
 # Bad messages ----------------------------------------------------------------------------------------
 
 
@@ -316,6 +344,7 @@ def test_a_new_failure_and_its_resolution_reach_a_subscribed_browser(open_browse
         ({"subscribe": "node", "node": 0}, "invalid"),
         ({"subscribe": "node"}, "invalid"),
         ({"subscribe": "fleet", "node": 7}, "invalid"),
+        ({"subscribe": "failures", "node": 7}, "invalid"),
         ({"subscribe": "fleet", "unsubscribe": "fleet"}, "invalid"),
         ({}, "invalid"),
         ({"subscribe": "node", "node": 987_654_321}, "unknown_node"),

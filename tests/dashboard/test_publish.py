@@ -88,7 +88,9 @@ def test_an_xid_storm_in_one_transaction_is_sent_once_with_its_final_count(
     assert [(group, message["type"]) for group, message in layer.sent] == [
         (f"node.{node.pk}", "failure.update"),
         ("fleet", "node.state"),
+        ("failures", "failure.update"),
     ]
+    assert layer.sent[2][1] == layer.sent[0][1]
     update = layer.sent[0][1]
     assert (update["failure"]["id"], update["failure"]["count"]) == (failure.pk, 20)
     alarms = {"alarms": 1, "severity": failure.severity, "alarm_gpus": [0], "straggler_gpus": []}
@@ -96,7 +98,7 @@ def test_an_xid_storm_in_one_transaction_is_sent_once_with_its_final_count(
     assert layer.sent[1][1]["state"] == alarms
 
 
-def test_an_acknowledgement_is_sent_to_the_node_and_leaves_the_fleet_alone(
+def test_an_acknowledgement_is_sent_to_the_node_and_the_failures_feed_and_leaves_the_fleet_alone(
     layer, node, django_capture_on_commit_callbacks
 ):
     with django_capture_on_commit_callbacks(execute=True):
@@ -106,8 +108,11 @@ def test_an_acknowledgement_is_sent_to_the_node_and_leaves_the_fleet_alone(
     with django_capture_on_commit_callbacks(execute=True):
         Failure.objects.get().acknowledge(actor="alice")
 
-    [(group, message)] = layer.sent  # the node's alarm count did not change
-    assert (group, message["failure"]["state"]) == (f"node.{node.pk}", "acknowledged")
+    # the node's alarm count did not change
+    assert [(group, message["failure"]["state"]) for group, message in layer.sent] == [
+        (f"node.{node.pk}", "acknowledged"),
+        ("failures", "acknowledged"),
+    ]
 
 
 def test_a_failing_channel_layer_does_not_fail_the_change(

@@ -1,7 +1,8 @@
 from rest_framework import serializers
 
+from apps.failures import reliability
 from apps.failures import xid as catalog
-from apps.failures.choices import Severity, XidCategory
+from apps.failures.choices import FailureKind, Severity, XidCategory
 from apps.failures.models import Failure, StragglerFlag
 
 
@@ -99,3 +100,63 @@ class StragglerFlagSerializer(serializers.ModelSerializer):
             "failure",
         ]
         read_only_fields = fields
+
+
+class ReliabilityQuerySerializer(serializers.Serializer):
+    days = serializers.IntegerField(
+        min_value=reliability.MIN_DAYS,
+        max_value=reliability.MAX_DAYS,
+        default=reliability.DEFAULT_DAYS,
+        help_text="Length of the period, ending now, in days (the dashboard offers 7, 30, 90 and 365).",
+    )
+
+
+class PeriodSerializer(serializers.Serializer):
+    days = serializers.IntegerField()
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+    hours = serializers.FloatField()
+    years = serializers.FloatField(help_text="days / 365.25")
+
+
+class ModelReliabilitySerializer(serializers.Serializer):
+    gpu_model = serializers.CharField(help_text="The node type's GPU model.")
+    gpus = serializers.IntegerField(help_text="GPUs of this model in the fleet during the period.")
+    gpu_years = serializers.FloatField(help_text="gpus × the period in years.")
+    failures = serializers.IntegerField()
+    failures_per_gpu_year = serializers.FloatField(allow_null=True, help_text="failures / gpu_years.")
+
+
+class KindReliabilitySerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=FailureKind.choices)
+    label = serializers.CharField()
+    failures = serializers.IntegerField()
+    failures_per_gpu_year = serializers.FloatField(allow_null=True, help_text="failures / the fleet's GPU-years.")
+    share = serializers.FloatField(help_text="Part of all failures in the period, 0 to 1.")
+
+
+class NodeReliabilitySerializer(serializers.Serializer):
+    node = serializers.IntegerField()
+    hostname = serializers.CharField()
+    gpu_model = serializers.CharField()
+    gpus = serializers.IntegerField()
+    failures = serializers.IntegerField()
+    mtbf_hours = serializers.FloatField(
+        allow_null=True, help_text="Mean time between failures: the period's hours / failures; null: none."
+    )
+    kinds = serializers.DictField(child=serializers.IntegerField(), help_text="Failures by kind.")
+
+
+class ReliabilitySerializer(serializers.Serializer):
+    period = PeriodSerializer()
+    gpus = serializers.IntegerField()
+    gpu_years = serializers.FloatField()
+    failures = serializers.IntegerField(help_text="Alarms first seen in the period; side effects are not counted.")
+    failures_per_gpu_year = serializers.FloatField(allow_null=True)
+    fleet_mtbf_hours = serializers.FloatField(
+        allow_null=True, help_text="The period's hours / all failures: how often something fails somewhere."
+    )
+    by_model = ModelReliabilitySerializer(many=True)
+    by_kind = KindReliabilitySerializer(many=True, help_text="Kinds with at least one failure, most first.")
+    worst_nodes = NodeReliabilitySerializer(many=True, help_text="Up to 10 nodes with the most failures.")
+    nodes = NodeReliabilitySerializer(many=True, help_text="Every node of the fleet, most failures first.")

@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 from apps.accounts.audit import describe
 from apps.accounts.roles import Role
 from apps.core.api.exceptions import Conflict
-from apps.failures import filtersets
+from apps.failures import filtersets, reliability
 from apps.failures import xid as catalog
 from apps.failures.api import serializers as s
 from apps.failures.models import Failure, IllegalFailureTransition, StragglerFlag
@@ -89,3 +89,20 @@ class XidEntryView(APIView):
         if not 1 <= code <= 1000:
             raise Http404(f"XID {code} is out of range (1 to 1000).")
         return Response(s.XidEntrySerializer(catalog.lookup(code)).data)
+
+
+class ReliabilityView(APIView):
+    """How often the fleet fails over the last ``days`` days: failures per GPU-year by GPU model and by
+    kind, mean time between failures per node, the worst nodes. A failure is an alarm first seen in
+    the period (side effects are part of their cause's incident); GPU-years are the fleet's GPUs × the
+    period in years. docs/failures.md has the definitions."""
+
+    @extend_schema(
+        parameters=[s.ReliabilityQuerySerializer],
+        responses=s.ReliabilitySerializer,
+        summary="Failures per GPU-year and MTBF over a period",
+    )
+    def get(self, request: Request) -> Response:
+        query = s.ReliabilityQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        return Response(s.ReliabilitySerializer(reliability.reliability(query.validated_data["days"])).data)

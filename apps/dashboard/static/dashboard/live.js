@@ -21,11 +21,14 @@ export function merge(into, patch) {
 }
 
 export class LiveSocket {
-  /** streams: e.g. [{subscribe: "fleet"}, {subscribe: "node", node: 7}].
-   *  onUpdate(kind, payload) is called after each snapshot ("snapshot") or delta ("delta") is merged. */
-  constructor(streams, onUpdate) {
+  /** streams: e.g. [{subscribe: "fleet"}, {subscribe: "node", node: 7}, {subscribe: "failures"}].
+   *  onUpdate(kind, payload) is called after each snapshot ("snapshot") or delta ("delta") is merged.
+   *  quiet: the streams are silent while nothing happens (the failures feed alone), so silence is not
+   *  "stale"; the badge then follows the socket only. */
+  constructor(streams, onUpdate, { quiet = false } = {}) {
     this.streams = streams;
     this.onUpdate = onUpdate;
+    this.quiet = quiet;
     this.fleet = null;
     this.nodes = {};
     this.lastMessageAt = 0;
@@ -60,7 +63,7 @@ export class LiveSocket {
     this.lastMessageAt = performance.now();
     if (message.type === "snapshot") {
       if (message.stream === "fleet") this.fleet = message.nodes;
-      else this.nodes[message.node] = message.state;
+      else if (message.stream === "node") this.nodes[message.node] = message.state;
     } else if (message.type === "delta") {
       if (message.fleet && this.fleet) merge(this.fleet, message.fleet);
       for (const [id, patch] of Object.entries(message.nodes ?? {})) {
@@ -94,7 +97,7 @@ export class LiveSocket {
   }
 
   checkStale() {
-    if (this.stopped || this.socket.readyState !== WebSocket.OPEN || !this.lastMessageAt) return;
+    if (this.quiet || this.stopped || this.socket.readyState !== WebSocket.OPEN || !this.lastMessageAt) return;
     const silentFor = performance.now() - this.lastMessageAt;
     if (silentFor > STALE_AFTER_MS) this.setStatus("stale", `stale: no update for ${Math.round(silentFor / 1000)} s`);
   }

@@ -1,0 +1,125 @@
+// The failures page: the list is the server's (_failure_list.html), fetched again with ?partial=1
+// when ws/live's failures feed says a failure changed; operators acknowledge and resolve through
+// the REST API, which checks their role again.
+
+import { api, toast } from "./api.js";
+import { LiveSocket } from "./live.js";
+
+const PAGE_SIZE = 50;
+const MAX_LIMIT = 500; // the server's cap on one read
+const REFRESH_DELAY_MS = 300; // a burst of changes (an XID storm on many nodes) costs one fetch
+
+const feed = document.getElementById("failure-feed");
+const filters = document.getElementById("failure-filters");
+let timer = null;
+let inFlight = null;
+let again = false;
+
+function rows(root = feed) {
+  return [...root.querySelectorAll("#failure-list > li[data-failure]")];
+}
+
+function partialUrl(extra) {
+  const query = new URLSearchParams(location.search);
+  for (const [key, value] of Object.entries(extra)) query.set(key, value);
+  query.set("partial", "1");
+  return `${location.pathname}?${query}`;
+}
+
+async function fetchList(extra) {
+  const response = await fetch(partialUrl(extra), { credentials: "same-origin", headers: { Accept: "text/html" } });
+  if (response.redirected && new URL(response.url).pathname.startsWith("/login")) location.reload();
+  if (!response.ok) throw new Error(`The server answered ${response.status}.`);
+  const holder = document.createElement("div");
+  holder.innerHTML = await response.text(); // the server's template, escaped there
+  return holder;
+}
+
+/** Read the list again, as long as it is now (up to MAX_LIMIT), keeping open side-effect lists open
+ *  and marking the rows that are new since the last read. */
+async function refresh() {
+  const known = new Set(rows().map((row) => row.dataset.failure));
+  const open = new Set([...feed.querySelectorAll("details[open]")].map((d) => d.dataset.sideEffects));
+  const limit = Math.min(Math.max(rows().length, PAGE_SIZE), MAX_LIMIT);
+  const fresh = await fetchList({ limit, offset: 0 });
+  for (const details of fresh.querySelectorAll("details[data-side-effects]")) details.open = open.has(details.dataset.sideEffects);
+  for (const row of rows(fresh)) if (known.size && !known.has(row.dataset.failure)) row.classList.add("arrived");
+  feed.replaceChildren(...fresh.childNodes);
+  feed.dataset.reads = Number(feed.dataset.reads ?? 0) + 1; // how many times the list was read again (tests wait on it)
+}
+
+function refreshSoon() {
+  clearTimeout(timer);
+  timer = setTimeout(async () => {
+    if (inFlight) { again = true; return; }
+    inFlight = refresh().catch((error) => console.warn("Failures list:", error.message));
+    await inFlight;
+    inFlight = null;
+    if (again) { again = false; refreshSoon(); }
+  }, REFRESH_DELAY_MS);
+}
+
+async function loadMore(link) {
+  link.setAttribute("aria-disabled", "true");
+  const more = await fetchList({ offset: rows().length, limit: PAGE_SIZE });
+  document.getElementById("failure-list").append(...rows(more));
+  const next = more.querySelector("#load-more");
+  link.closest(".load-more-row").replaceWith(...(next ? [next.closest(".load-more-row")] : []));
+}
+
+// Operators' actions ------------------------------------------------------------------------------
+const dialog = document.getElementById("resolve-dialog");
+let resolving = null;
+
+async function act(button, failureId, action, body) {
+  button.disabled = true;
+  try {
+    const failure = await api("POST", `failures/${failureId}/${action}`, body);
+    const side = action === "resolve" && failure.side_effect_count ? ` with its ${failure.side_effect_count} side effect(s)` : "";
+    toast(`${failure.hostname}: ${failure.title} is ${failure.state}${side}.`, { ok: true });
+    refreshSoon();
+  } catch (error) {
+    toast(error.message);
+    button.disabled = false;
+  }
+}
+
+feed.addEventListener("click", (event) => {
+  const link = event.target.closest("#load-more");
+  if (link) {
+    event.preventDefault();
+    loadMore(link).catch((error) => toast(`Could not load more failures: ${error.message}`));
+    return;
+  }
+  const button = event.target.closest("button[data-action]");
+  if (!button) return;
+  const failureId = button.closest("li[data-failure]").dataset.failure;
+  if (button.dataset.action === "acknowledge") {
+    act(button, failureId, "acknowledge");
+  } else if (dialog) {
+    resolving = { button, failureId };
+    document.getElementById("resolve-what").textContent = button.dataset.title;
+    dialog.querySelector("textarea").value = "";
+    dialog.returnValue = ""; // Escape closes without setting it: a previous "resolve" must not linger
+    dialog.showModal();
+  }
+});
+
+dialog?.addEventListener("close", () => {
+  if (dialog.returnValue === "resolve" && resolving) {
+    act(resolving.button, resolving.failureId, "resolve", { note: dialog.querySelector("textarea").value });
+  }
+  resolving = null;
+});
+document.getElementById("resolve-cancel")?.addEventListener("click", () => dialog.close("cancel"));
+
+// Filters apply as soon as they change (the Apply button is there for the hostname and without JS).
+filters.addEventListener("change", (event) => {
+  if (event.target.name !== "hostname") filters.requestSubmit();
+});
+
+// Live: the failures feed has no state of its own; any snapshot (first or after a reconnect) may
+// follow changes this page missed, and any change may add, move or drop a row under these filters.
+new LiveSocket([{ subscribe: "failures" }], (kind, message) => {
+  if (kind === "snapshot" || message.failures) refreshSoon();
+}, { quiet: true });
