@@ -212,7 +212,7 @@ def test_it_sends_a_burst_of_updates_at_most_once_a_second_with_the_newest_value
     def listen() -> None:
         with contextlib.suppress(TimeoutError):
             while True:
-                deltas.append(browser.receive(timeout=1.5))
+                deltas.append(browser.receive(timeout=2.5))  # a delta can wait up to 1.4 s (pacing.py)
                 arrivals.append(("delta", time.monotonic()))
 
     listener = threading.Thread(target=listen)
