@@ -3,12 +3,13 @@
 The ingestor calls ``on_batch_stored`` after every commit (cheap: it only notes each node's newest
 sample). The notes are sent at once: one ``telemetry.node`` message to each changed node's group
 ``node.<id>``, and one ``telemetry.fleet`` message to the ``fleet`` group summarising every changed
-node. One round of sends is under way at a time; what batches commit meanwhile is noted (newest
-sample per node wins) and goes in the next round. So a group gets at most one message per committed
-batch (the ingestor flushes every 250 ms), never one per sample (DESIGN.md: a channels_redis
-``group_send`` costs ~1 ms), and a sample is not held back here: pacing each browser to one
-message a second is the consumer's job (apps/dashboard/consumers.py), the one place that knows
-when that browser last heard from the server.
+node (built as they are sent; a node's GPU-by-GPU message only while someone watches it). One round
+of sends is under way at a time; what batches commit meanwhile is noted (newest sample per node
+wins) and goes in the next round. So a group gets at most one message per committed batch (the
+ingestor flushes every 250 ms), never one per sample (DESIGN.md: a channels_redis ``group_send``
+costs ~1 ms), and a sample is not held back here: pacing each browser to one message a second is
+the consumer's job (apps/dashboard/consumers.py), the one place that knows when that browser last
+heard from the server.
 
 Browser consumers subscribed to these groups implement ``telemetry_node`` and ``telemetry_fleet``
 (apps/dashboard/consumers.py). A node's group is sent only while some browser watches that node
@@ -47,15 +48,15 @@ def node_update(node_id: int, sample: NodeSample) -> dict[str, Any]:
     return {"type": "telemetry.node", "node": node_id, "ts": sample.ts, "gpus": gpus}
 
 
-def fleet_entry(update: dict[str, Any]) -> dict[str, Any]:
+def fleet_entry(node_id: int, sample: NodeSample) -> dict[str, Any]:
     """One node's line in the ``telemetry.fleet`` message."""
-    gpus = update["gpus"]
-    utils = [g["util_gpu"] for g in gpus if g["util_gpu"] is not None]
-    powers = [g["power_w"] for g in gpus if g["power_w"] is not None]
-    temps = [g["temp_c"] for g in gpus if g["temp_c"] is not None]
+    gpus = sample.gpus
+    utils = [g.util_gpu for g in gpus if g.util_gpu is not None]
+    powers = [g.power_w for g in gpus if g.power_w is not None]
+    temps = [g.temp_c for g in gpus if g.temp_c is not None]
     return {
-        "node": update["node"],
-        "ts": update["ts"],
+        "node": node_id,
+        "ts": sample.ts,
         "gpus": len(gpus),
         "util_gpu_mean": fmean(utils) if utils else None,
         "power_w_total": sum(powers) if powers else None,
@@ -76,7 +77,7 @@ class LivePublisher:
         self._watched_nodes = watched_nodes  # None: unknown, send every node's group
         self._watched: set[int] | None = None
         self._watched_read_at = float("-inf")
-        self._nodes: dict[int, dict[str, Any]] = {}  # node id -> newest unsent telemetry.node message
+        self._nodes: dict[int, NodeSample] = {}  # node id -> its newest sample not yet sent
         self._task: asyncio.Task[None] | None = None
         self._failing = False
 
@@ -85,8 +86,8 @@ class LivePublisher:
         for submission in stored.stored:
             newest = max(submission.message.samples, key=lambda sample: sample.ts)
             current = self._nodes.get(submission.node_id)
-            if current is None or current["ts"] <= newest.ts:
-                self._nodes[submission.node_id] = node_update(submission.node_id, newest)
+            if current is None or current.ts <= newest.ts:
+                self._nodes[submission.node_id] = newest
         loop = asyncio.get_running_loop()
         if self._nodes and (self._task is None or self._task.done() or self._task.get_loop() is not loop):
             self._task = loop.create_task(self._run(), name="telemetry-live-publisher")
@@ -97,8 +98,9 @@ class LivePublisher:
         nodes, self._nodes = self._nodes, {}
         if not nodes:
             return
-        messages = [(node_group(n), update) for n, update in nodes.items() if watched is None or n in watched]
-        messages.append((FLEET_GROUP, {"type": "telemetry.fleet", "nodes": [fleet_entry(u) for u in nodes.values()]}))
+        messages = [(node_group(n), node_update(n, s)) for n, s in nodes.items() if watched is None or n in watched]
+        fleet = {"type": "telemetry.fleet", "nodes": [fleet_entry(n, s) for n, s in nodes.items()]}
+        messages.append((FLEET_GROUP, fleet))
         await self._send(messages)
 
     async def _watched_now(self, now: float) -> set[int] | None:
