@@ -270,23 +270,27 @@ def run_phase(
     started = time.monotonic()
     duration = CONNECT_TIMEOUT_S + seconds + 30  # it is stopped after the window; this is a backstop
     run = start_fleet(server_url, credentials_file, nodes, interval if interval != 1.0 else None, duration)
-    while run.connected < nodes:
-        if run.process.poll() is not None or time.monotonic() - started > CONNECT_TIMEOUT_S:
-            raise SystemExit(f"only {run.connected} of {nodes} nodes connected:\n" + "\n".join(run.lines[-20:]))
-        time.sleep(0.5)
-    caught_up = settle(run, nodes)
-    if on_window is not None:
-        on_window(True)
-    window_start, rows_start = time.monotonic(), stored_rows()
-    cpu_start = cpu_seconds(process_tree(server.pid)), cpu_seconds([run.process.pid])
-    time.sleep(seconds)
-    elapsed, rows_end = time.monotonic() - window_start, stored_rows()
-    server_cpu = cpu_seconds(process_tree(server.pid)) - cpu_start[0]
-    fleet_cpu = cpu_seconds([run.process.pid]) - cpu_start[1]
-    if on_window is not None:
-        on_window(False)
-    run.process.send_signal(signal.SIGTERM)
-    taken, buffered, dropped = finish(run)
+    try:
+        while run.connected < nodes:
+            if run.process.poll() is not None or time.monotonic() - started > CONNECT_TIMEOUT_S:
+                raise SystemExit(f"only {run.connected} of {nodes} nodes connected:\n" + "\n".join(run.lines[-20:]))
+            time.sleep(0.5)
+        caught_up = settle(run, nodes)
+        if on_window is not None:
+            on_window(True)
+        window_start, rows_start = time.monotonic(), stored_rows()
+        cpu_start = cpu_seconds(process_tree(server.pid)), cpu_seconds([run.process.pid])
+        time.sleep(seconds)
+        elapsed, rows_end = time.monotonic() - window_start, stored_rows()
+        server_cpu = cpu_seconds(process_tree(server.pid)) - cpu_start[0]
+        fleet_cpu = cpu_seconds([run.process.pid]) - cpu_start[1]
+        if on_window is not None:
+            on_window(False)
+        run.process.send_signal(signal.SIGTERM)
+        taken, buffered, dropped = finish(run)
+    except BaseException:  # a fleet left running would load the next run (or another benchmark) for minutes
+        run.process.kill()
+        raise
     sent = (taken - buffered) * GPUS_PER_NODE
     stored = wait_for_drain(rows_before + sent) - rows_before
     return Phase(

@@ -134,9 +134,10 @@ REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 # channels_redis's blocking BZPOPMIN, so every idle consumer died with "Timeout reading" every ~5 s;
 # and with any timeout redis-py sends through asyncio.wait_for, which on Python 3.11 can swallow the
 # cancellation of a closing consumer, leaving it looping forever. Keepalive finds a dead Redis instead.
+# controlplane/channel_layers.py: channels_redis's layer with a pool that waits for a free connection.
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "BACKEND": "controlplane.channel_layers.RedisChannelLayer",
         "CONFIG": {
             "hosts": [{"address": REDIS_URL, "socket_timeout": None, "socket_keepalive": True}],
             "prefix": env_str("CHANNEL_LAYER_PREFIX", "controlplane"),

@@ -32,13 +32,13 @@ Server → client:
   connection goes on.
 
 Updates arrive from the channel layer: ``telemetry.node`` / ``telemetry.fleet`` (apps/telemetry/live.py,
-at most once a second per group) and ``node.state`` / ``failure.update`` (apps/dashboard/publish.py).
-They are merged into what the client is owed and sent together: at once (after ``COALESCE_S``, to
-catch the group messages the publisher sends together) if the client had nothing for a second, else
-when that second ends.
+as each ingested batch commits) and ``node.state`` / ``failure.update`` (apps/dashboard/publish.py).
+They are merged into what the client is owed and sent together, at most once a second, soon after
+fresh values arrive (apps/dashboard/pacing.py says when).
 """
 
 import asyncio
+import contextlib
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
@@ -51,6 +51,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from apps.dashboard import streams, watchers
 from apps.dashboard.access import refusal_now, refusal_on_connect
 from apps.dashboard.deltas import LiveView, Tree
+from apps.dashboard.pacing import DeltaPacing
 from apps.dashboard.publish import FAILURES_GROUP
 from apps.telemetry.live import FLEET_GROUP, node_group
 
@@ -58,8 +59,6 @@ log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 4096
 MAX_NODE_STREAMS = 20
-UPDATE_INTERVAL_S = 1.0
-COALESCE_S = 0.05
 CLOSE_SERVER_ERROR = 1011
 
 
@@ -126,7 +125,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self.session_key: str | None = None
         self._closing = False
         self._send_lock = asyncio.Lock()  # a message's view change and its send happen in one order
-        self._pushed_at = float("-inf")
+        self.pacing = DeltaPacing()
+        self._offered = asyncio.Event()  # wakes the pusher: fresh values can bring a delta forward
         self._pusher: asyncio.Task[None] | None = None
         self._checker: asyncio.Task[None] | None = None
 
@@ -271,49 +271,54 @@ class LiveConsumer(AsyncWebsocketConsumer):
     # Updates from the channel layer --------------------------------------------------------------
 
     async def telemetry_fleet(self, event: dict[str, Any]) -> None:
-        for entry in event["nodes"]:
-            self.view.offer_fleet(entry["node"], streams.fleet_fragment(entry))
-        self._owe_update()
+        noted = [self.view.offer_fleet(entry["node"], streams.fleet_fragment(entry)) for entry in event["nodes"]]
+        self._owe_update(any(noted))
 
     async def telemetry_node(self, event: dict[str, Any]) -> None:
-        self.view.offer_node(event["node"], streams.node_fragment(event))
-        self._owe_update()
+        self._owe_update(self.view.offer_node(event["node"], streams.node_fragment(event)))
 
     async def node_state(self, event: dict[str, Any]) -> None:
-        self.view.offer_fleet(event["node"], event["state"])
-        self.view.offer_node(event["node"], event["state"])
-        self._owe_update()
+        to_fleet = self.view.offer_fleet(event["node"], event["state"])
+        to_node = self.view.offer_node(event["node"], event["state"])
+        self._owe_update(to_fleet or to_node)
 
     async def failure_update(self, event: dict[str, Any]) -> None:
         """From ``node.<id>`` and from ``failures``: a client holding both gets it twice, and sends it once."""
         failure = event["failure"]
-        self.view.offer_node(event["node"], {"failures": {str(failure["id"]): failure}, **event["state"]})
-        self.view.offer_failure(failure["id"], failure)
-        self._owe_update()
+        to_node = self.view.offer_node(event["node"], {"failures": {str(failure["id"]): failure}, **event["state"]})
+        to_feed = self.view.offer_failure(failure["id"], failure)
+        self._owe_update(to_node or to_feed)
 
     def _stream_groups(self) -> list[str]:
         """The groups of the fleet and failures streams the client holds."""
         held = ((FLEET_GROUP, self.view.holds_fleet()), (FAILURES_GROUP, self.view.holds_failures()))
         return [group for group, holds in held if holds]
 
-    def _owe_update(self) -> None:
-        if self.view.pending and not self._closing and (self._pusher is None or self._pusher.done()):
+    def _owe_update(self, noted: bool) -> None:
+        if not noted or self._closing:
+            return
+        self.pacing.offered(asyncio.get_running_loop().time())
+        self._offered.set()
+        if self._pusher is None or self._pusher.done():
             self._pusher = asyncio.create_task(self._push())
 
     async def _push(self) -> None:
-        """Send what the client is owed, one delta at most every UPDATE_INTERVAL_S."""
+        """Send what the client is owed when its pacing says so."""
         loop = asyncio.get_running_loop()
         try:
-            while self.view.pending and not self._closing:
-                due = max(self._pushed_at + UPDATE_INTERVAL_S, loop.time() + COALESCE_S)
-                await asyncio.sleep(due - loop.time())
+            while (due := self.pacing.due()) is not None and not self._closing:
+                self._offered.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._offered.wait(), due - loop.time())
                 async with self._send_lock:
-                    if loop.time() < self._pushed_at + UPDATE_INTERVAL_S:
-                        continue  # a snapshot went out meanwhile: wait a second from it
+                    due = self.pacing.due()  # a snapshot may have gone out meanwhile, fresh values arrived
+                    if due is None or loop.time() < due:
+                        continue
                     delta = self.view.take_delta()
+                    self.pacing.settled()
                     if delta:
                         await self._send_json({"type": "delta", **delta})
-                        self._pushed_at = loop.time()
+                        self.pacing.sent(loop.time())
                         stats.deltas += 1
         except Exception as exc:  # the socket went away mid-send; disconnect() follows
             log.debug("Live stream push stopped: %s", exc)
@@ -322,9 +327,9 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     async def _send_snapshot(self, body: Tree) -> None:
         """Called holding the send lock. A snapshot counts as the second's message: the next delta
-        follows it by UPDATE_INTERVAL_S at least."""
+        follows it a second later at least."""
         await self._send_json({"type": "snapshot", **body})
-        self._pushed_at = asyncio.get_running_loop().time()
+        self.pacing.sent(asyncio.get_running_loop().time())
         stats.snapshots += 1
 
     async def _send_json(self, message: Tree) -> None:

@@ -92,20 +92,23 @@ class LiveView:
         for tree in (self.sent, self.pending):
             tree.get(NODES, {}).pop(str(node_id), None)
 
-    def offer_fleet(self, node_id: int, fragment: Tree) -> None:
-        if self.holds_fleet():
-            self._offer(FLEET, str(node_id), fragment)
+    def offer_fleet(self, node_id: int, fragment: Tree) -> bool:
+        """Note a fleet entry's change for the next delta; whether it was noted."""
+        return self.holds_fleet() and self._offer(FLEET, str(node_id), fragment)
 
-    def offer_node(self, node_id: int, fragment: Tree) -> None:
-        if self.holds_node(node_id):
-            self._offer(NODES, str(node_id), fragment)
+    def offer_node(self, node_id: int, fragment: Tree) -> bool:
+        """Note a node state's change for the next delta; whether it was noted."""
+        return self.holds_node(node_id) and self._offer(NODES, str(node_id), fragment)
 
-    def offer_failure(self, failure_id: int, payload: Tree) -> None:
-        """A failure as it is now (the whole payload, which replaces any earlier one still pending)."""
-        if self.holds_failures():
-            self.pending.setdefault(FAILURES, {})[str(failure_id)] = payload
+    def offer_failure(self, failure_id: int, payload: Tree) -> bool:
+        """A failure as it is now (the whole payload, which replaces any earlier one still pending);
+        whether it was noted."""
+        if not self.holds_failures():
+            return False
+        self.pending.setdefault(FAILURES, {})[str(failure_id)] = payload
+        return True
 
-    def _offer(self, stream: str, key: str, fragment: Tree) -> None:
+    def _offer(self, stream: str, key: str, fragment: Tree) -> bool:
         """Note ``fragment`` for the next delta. A fragment with a ``ts`` (a telemetry sample) no newer
         than what the client has or is about to get is stale (a snapshot read after it was sent, a
         replay) and is left out, so values never step back in time."""
@@ -113,8 +116,9 @@ class LiveView:
         if ts is not None:
             known = self.pending.get(stream, {}).get(key, {}).get("ts", self.sent[stream].get(key, {}).get("ts"))
             if known is not None and ts <= known:
-                return
+                return False
         merge(self.pending.setdefault(stream, {}).setdefault(key, {}), fragment)
+        return True
 
     def take_delta(self) -> Tree:
         """What the client must be sent now (empty: nothing changed); from here on it holds it."""

@@ -18,10 +18,12 @@ a dashboard shows no more, and a wattage that moved by 0.01 W is not worth a byt
 """
 
 from collections import defaultdict
+from datetime import datetime
 from typing import Any
 
 from django.db.models import QuerySet
 
+from agents.protocol import GpuSample, NodeSample
 from apps.dashboard.deltas import Tree
 from apps.failures.api.serializers import FailureSerializer
 from apps.failures.choices import FailureKind, most_severe
@@ -87,15 +89,16 @@ def fleet_snapshot() -> Tree:
     alarms: dict[int, list[tuple[str, int | None, str]]] = defaultdict(list)
     for node_id, *alarm in alarm_rows(Failure.objects.all()):
         alarms[node_id].append(tuple(alarm))
-    samples: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for row in LatestGpuSample.objects.values("node_id", "gpu_index", "ts", *LIVE_GPU_FIELDS).order_by():
-        samples[row["node_id"]].append(row | {"index": row["gpu_index"]})
+    samples: dict[int, list[tuple[datetime, GpuSample]]] = defaultdict(list)
+    rows = LatestGpuSample.objects.values_list("node_id", "ts", "gpu_index", *LIVE_GPU_FIELDS).order_by()
+    for node_id, ts, index, *values in rows:
+        samples[node_id].append((ts, GpuSample(index, **dict(zip(LIVE_GPU_FIELDS, values, strict=True)))))
     entries: Tree = {}
     for node in Node.objects.values("id", *NODE_FIELDS):
         entry = {field: node[field] for field in NODE_FIELDS} | alarm_summary(alarms[node["id"]])
         if gpus := samples.get(node["id"]):
-            newest = max(gpu["ts"] for gpu in gpus).timestamp()
-            entry |= fleet_fragment(fleet_entry({"node": node["id"], "ts": newest, "gpus": gpus}))
+            sample = NodeSample(ts=max(ts for ts, _ in gpus).timestamp(), gpus=[gpu for _, gpu in gpus])
+            entry |= fleet_fragment(fleet_entry(node["id"], sample))
         entries[str(node["id"])] = entry
     return entries
 

@@ -1,10 +1,15 @@
 """Live telemetry for browsers: the newest values, published through the channel layer.
 
 The ingestor calls ``on_batch_stored`` after every commit (cheap: it only notes each node's newest
-sample). Once a second the notes are sent: one ``telemetry.node`` message to each changed node's
-group ``node.<id>``, and one ``telemetry.fleet`` message to the ``fleet`` group summarising every
-changed node. So no group gets more than one message a second, whatever the sample rate
-(DESIGN.md: a channels_redis ``group_send`` costs ~1 ms; one per sample would not keep up).
+sample). The notes are sent at once: one ``telemetry.node`` message to each changed node's group
+``node.<id>``, and one ``telemetry.fleet`` message to the ``fleet`` group summarising every changed
+node (built as they are sent; a node's GPU-by-GPU message only while someone watches it). One round
+of sends is under way at a time; what batches commit meanwhile is noted (newest sample per node
+wins) and goes in the next round. So a group gets at most one message per committed batch (the
+ingestor flushes every 250 ms), never one per sample (DESIGN.md: a channels_redis ``group_send``
+costs ~1 ms), and a sample is not held back here: pacing each browser to one message a second is
+the consumer's job (apps/dashboard/consumers.py), the one place that knows when that browser last
+heard from the server.
 
 Browser consumers subscribed to these groups implement ``telemetry_node`` and ``telemetry_fleet``
 (apps/dashboard/consumers.py). A node's group is sent only while some browser watches that node
@@ -21,13 +26,13 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
-from agents.protocol import NodeSample
+from agents.protocol import GpuSample, NodeSample
 from apps.dashboard import watchers
 from apps.telemetry.storage import StoredBatch
 
 log = logging.getLogger(__name__)
 
-PUBLISH_INTERVAL_S = 1.0
+WATCHED_REFRESH_S = 1.0  # the watch registry is read at most this often
 LIVE_GPU_FIELDS = ("util_gpu", "util_mem", "mem_used_mib", "temp_c", "power_w", "sm_clock_mhz")
 FLEET_GROUP = "fleet"
 MAX_CONCURRENT_SENDS = 32
@@ -50,36 +55,31 @@ def _whole(value: float | None, scale: float = 1.0) -> int | None:
 HEAT_FIELDS = ("util", "power", "temp", "mem")  # a heatmap cell's values, in this order
 
 
-def heat_cell(gpu: dict[str, Any]) -> list[int | None]:
+def heat_cell(gpu: GpuSample) -> list[int | None]:
     """One GPU's heatmap cell, ``HEAT_FIELDS`` in order: utilization %, power W, temperature °C and
     memory used GiB, in whole numbers, since a colour cannot show a tenth of a percent and every value
     that does not move is one the delta leaves out."""
-    return [
-        _whole(gpu["util_gpu"]),
-        _whole(gpu["power_w"]),
-        _whole(gpu["temp_c"]),
-        _whole(gpu["mem_used_mib"], 1024),
-    ]
+    return [_whole(gpu.util_gpu), _whole(gpu.power_w), _whole(gpu.temp_c), _whole(gpu.mem_used_mib, 1024)]
 
 
-def heat_cells(gpus: list[dict[str, Any]]) -> list[list[int | None] | None]:
+def heat_cells(gpus: list[GpuSample]) -> list[list[int | None] | None]:
     """A node's cells by GPU index (null for an index that did not report): one short list, which a
     delta replaces whole. At 1,000 nodes that is ~130 bytes a node instead of ~360 as objects."""
-    cells: list[list[int | None] | None] = [None] * (max((g["index"] for g in gpus), default=-1) + 1)
+    cells: list[list[int | None] | None] = [None] * (max((g.index for g in gpus), default=-1) + 1)
     for gpu in gpus:
-        cells[gpu["index"]] = heat_cell(gpu)
+        cells[gpu.index] = heat_cell(gpu)
     return cells
 
 
-def fleet_entry(update: dict[str, Any]) -> dict[str, Any]:
+def fleet_entry(node_id: int, sample: NodeSample) -> dict[str, Any]:
     """One node's line in the ``telemetry.fleet`` message: its summary and its GPUs' heatmap cells."""
-    gpus = update["gpus"]
-    utils = [g["util_gpu"] for g in gpus if g["util_gpu"] is not None]
-    powers = [g["power_w"] for g in gpus if g["power_w"] is not None]
-    temps = [g["temp_c"] for g in gpus if g["temp_c"] is not None]
+    gpus = sample.gpus
+    utils = [g.util_gpu for g in gpus if g.util_gpu is not None]
+    powers = [g.power_w for g in gpus if g.power_w is not None]
+    temps = [g.temp_c for g in gpus if g.temp_c is not None]
     return {
-        "node": update["node"],
-        "ts": update["ts"],
+        "node": node_id,
+        "ts": sample.ts,
         "gpus": len(gpus),
         "util_gpu_mean": fmean(utils) if utils else None,
         "power_w_total": sum(powers) if powers else None,
@@ -89,67 +89,49 @@ def fleet_entry(update: dict[str, Any]) -> dict[str, Any]:
 
 
 class LivePublisher:
-    """Sends each group its newest values at once, unless the group had a message less than
-    ``interval_s`` ago: then at the end of that interval, with whatever is newest by then."""
+    """Sends what ``note`` collects as soon as the previous round of sends is done."""
 
     def __init__(
         self,
         *,
-        interval_s: float = PUBLISH_INTERVAL_S,
+        watched_refresh_s: float = WATCHED_REFRESH_S,
         watched_nodes: Callable[[], Awaitable[set[int] | None]] = watchers.watched_nodes,
     ) -> None:
-        self.interval_s = interval_s
+        self.watched_refresh_s = watched_refresh_s
         self._watched_nodes = watched_nodes  # None: unknown, send every node's group
         self._watched: set[int] | None = None
         self._watched_read_at = float("-inf")
-        self._nodes: dict[int, dict[str, Any]] = {}  # node id -> newest unsent telemetry.node message
-        self._fleet: dict[int, dict[str, Any]] = {}  # node id -> newest entry not yet in a fleet message
-        self._last_sent: dict[str, float] = {}
+        self._nodes: dict[int, NodeSample] = {}  # node id -> its newest sample not yet sent
         self._task: asyncio.Task[None] | None = None
         self._failing = False
 
     def note(self, stored: StoredBatch) -> None:
-        """Remember each node's newest sample of the batch and make sure a send is under way."""
+        """Remember each node's newest sample of the batch and make sure a round of sends is under way."""
         for submission in stored.stored:
             newest = max(submission.message.samples, key=lambda sample: sample.ts)
-            current = self._nodes.get(submission.node_id) or self._fleet.get(submission.node_id)
-            if current is None or current["ts"] <= newest.ts:
-                update = node_update(submission.node_id, newest)
-                self._nodes[submission.node_id] = update
-                self._fleet[submission.node_id] = fleet_entry(update)
+            current = self._nodes.get(submission.node_id)
+            if current is None or current.ts <= newest.ts:
+                self._nodes[submission.node_id] = newest
         loop = asyncio.get_running_loop()
         if self._nodes and (self._task is None or self._task.done() or self._task.get_loop() is not loop):
             self._task = loop.create_task(self._run(), name="telemetry-live-publisher")
 
-    async def publish_due(self, now: float) -> float | None:
-        """Send every message whose group may have one now; return when the next one is due."""
+    async def publish(self, now: float) -> None:
+        """Send everything noted so far: each watched node's group, and the fleet."""
         watched = await self._watched_now(now)
-        messages = []
-        for node_id in [n for n in self._nodes if self._due(node_group(n), now)]:
-            update = self._nodes.pop(node_id)
-            if watched is None or node_id in watched:
-                messages.append((node_group(node_id), update))
-        if self._fleet and self._due(FLEET_GROUP, now):
-            messages.append((FLEET_GROUP, {"type": "telemetry.fleet", "nodes": list(self._fleet.values())}))
-            self._fleet = {}
-        for group, _ in messages:
-            self._last_sent[group] = now
-        if messages:
-            await self._send(messages)
-        waiting = [node_group(n) for n in self._nodes] + ([FLEET_GROUP] if self._fleet else [])
-        return min((self._next_slot(g) for g in waiting), default=None)
+        nodes, self._nodes = self._nodes, {}
+        if not nodes:
+            return
+        messages = [(node_group(n), node_update(n, s)) for n, s in nodes.items() if watched is None or n in watched]
+        fleet = {"type": "telemetry.fleet", "nodes": [fleet_entry(n, s) for n, s in nodes.items()]}
+        messages.append((FLEET_GROUP, fleet))
+        await self._send(messages)
 
     async def _watched_now(self, now: float) -> set[int] | None:
-        """The watched nodes, read at most once per interval."""
-        if now - self._watched_read_at >= self.interval_s:
+        """The watched nodes, read at most once per ``watched_refresh_s``."""
+        if now - self._watched_read_at >= self.watched_refresh_s:
             self._watched, self._watched_read_at = await self._watched_nodes(), now
         return self._watched
-
-    def _next_slot(self, group: str) -> float:
-        return self._last_sent.get(group, -self.interval_s) + self.interval_s
-
-    def _due(self, group: str, now: float) -> bool:
-        return now >= self._next_slot(group)
 
     async def _send(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
         layer = get_channel_layer()
@@ -163,14 +145,14 @@ class LivePublisher:
 
         results = await asyncio.gather(*(send(g, m) for g, m in messages), return_exceptions=True)
         failures = [r for r in results if isinstance(r, BaseException)]
-        if failures and not self._failing:  # once per outage, not once a second
+        if failures and not self._failing:  # once per outage, not once per round
             log.warning("Live telemetry: %d of %d group sends failed: %s", len(failures), len(messages), failures[0])
         self._failing = bool(failures)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        while (next_due := await self.publish_due(loop.time())) is not None:
-            await asyncio.sleep(max(0.0, next_due - loop.time()))
+        while self._nodes:
+            await self.publish(loop.time())
 
 
 publisher = LivePublisher()

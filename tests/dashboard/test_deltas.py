@@ -37,26 +37,26 @@ def test_a_delta_holds_the_newest_of_what_arrived_and_is_then_what_the_client_ha
 
 def test_a_sample_no_newer_than_what_the_client_has_or_is_owed_is_left_out():
     view = fleet_view()
-    view.offer_fleet(1, {"ts": 9.0, "util_gpu_mean": 1.0})  # older than the snapshot
+    assert not view.offer_fleet(1, {"ts": 9.0, "util_gpu_mean": 1.0})  # older than the snapshot
     assert view.take_delta() == {}
-    view.offer_fleet(1, {"ts": 13.0, "util_gpu_mean": 70.0})
-    view.offer_fleet(1, {"ts": 12.0, "util_gpu_mean": 20.0})  # older than what is owed
+    assert view.offer_fleet(1, {"ts": 13.0, "util_gpu_mean": 70.0})
+    assert not view.offer_fleet(1, {"ts": 12.0, "util_gpu_mean": 20.0})  # older than what is owed
     assert view.take_delta() == {"fleet": {"1": {"ts": 13.0, "util_gpu_mean": 70.0}}}
 
 
 def test_a_state_change_without_a_timestamp_always_counts():
     view = fleet_view()
-    view.offer_fleet(1, {"lifecycle": "quarantined"})
+    assert view.offer_fleet(1, {"lifecycle": "quarantined"})
     assert view.take_delta() == {"fleet": {"1": {"lifecycle": "quarantined"}}}
 
 
 def test_updates_for_streams_the_client_does_not_hold_are_ignored():
     view = LiveView()
-    view.offer_fleet(1, {"lifecycle": "drained"})
-    view.offer_node(1, {"lifecycle": "drained"})
+    assert not view.offer_fleet(1, {"lifecycle": "drained"})
+    assert not view.offer_node(1, {"lifecycle": "drained"})
     assert view.pending == {}
     view.reset_node(1, {"lifecycle": "in_service", "gpus": {}})
-    view.offer_node(2, {"lifecycle": "drained"})
+    assert not view.offer_node(2, {"lifecycle": "drained"})
     assert view.take_delta() == {}
 
 

@@ -12,7 +12,7 @@ from apps.telemetry import live
 from apps.telemetry.models import LatestGpuSample
 from tests import factories
 from tests.dashboard.conftest import group_send, needs_redis, off_the_loop, screenshot
-from tests.dashboard.test_live_stream import ALL_GPU_FIELDS, fleet_update, node_update
+from tests.dashboard.test_live_stream import ALL_GPU_FIELDS, fleet_update, sample_at
 from tests.failures.conftest import events, xid
 from tests.telemetry.conftest import T0
 
@@ -84,7 +84,7 @@ def test_the_heatmap_shows_the_fleet_and_changes_as_samples_arrive(open_page, vi
     before = cell_colour(page, node, 5)
     assert before == cell_colour(page, fleet[4], 5)  # same utilization, same colour
 
-    group_send(live.FLEET_GROUP, fleet_update(node_update(node.pk, T0 + 1, utils={5: 100.0})))
+    group_send(live.FLEET_GROUP, fleet_update((node.pk, sample_at(T0 + 1, utils={5: 100.0}))))
 
     page.wait_for_function(f"window.cpFleet.live.fleet['{node.pk}'].heat[5][0] === 100", timeout=5_000)
     after = cell_colour(page, node, 5)

@@ -41,15 +41,19 @@ def node(transactional_db) -> Node:
     return factories.node(factories.cluster(), factories.node_type(nics=0), "gpu-a")
 
 
-def node_update(node_id: int, ts: float, *, utils: dict[int, float] | None = None) -> dict:
-    """The ``telemetry.node`` message of a sample at ``ts``: every GPU at 50 % unless ``utils`` says."""
+def sample_at(ts: float, *, utils: dict[int, float] | None = None) -> NodeSample:
+    """A sample at ``ts``: every GPU at 50 % unless ``utils`` says."""
     utils = utils or {}
-    sample = NodeSample(ts=ts, gpus=[gpu_sample(i, util=utils.get(i, 50.0), util_mem=25.0) for i in range(8)])
-    return live.node_update(node_id, sample)
+    return NodeSample(ts=ts, gpus=[gpu_sample(i, util=utils.get(i, 50.0), util_mem=25.0) for i in range(8)])
 
 
-def fleet_update(*updates: dict) -> dict:
-    return {"type": "telemetry.fleet", "nodes": [live.fleet_entry(u) for u in updates]}
+def node_update(node_id: int, ts: float, *, utils: dict[int, float] | None = None) -> dict:
+    """The ``telemetry.node`` message of a sample at ``ts``."""
+    return live.node_update(node_id, sample_at(ts, utils=utils))
+
+
+def fleet_update(*samples: tuple[int, NodeSample]) -> dict:
+    return {"type": "telemetry.fleet", "nodes": [live.fleet_entry(node_id, sample) for node_id, sample in samples]}
 
 
 def store_latest(node: Node, ts: float, *, util: float = 50.0) -> None:
@@ -194,7 +198,7 @@ def test_it_sends_the_fleet_only_the_nodes_and_fields_that_changed(open_browser,
     browser = open_browser(viewer)
     browser.request({"subscribe": "fleet"})
 
-    group_send(live.FLEET_GROUP, fleet_update(node_update(node.pk, T0), node_update(other.pk, T0)))
+    group_send(live.FLEET_GROUP, fleet_update((node.pk, sample_at(T0)), (other.pk, sample_at(T0))))
     first = browser.receive()["fleet"]
     assert first[str(other.pk)] == {
         "ts": T0,
@@ -205,7 +209,7 @@ def test_it_sends_the_fleet_only_the_nodes_and_fields_that_changed(open_browser,
         "heat": [[50, 400, 60, 39]] * 8,
     }
 
-    group_send(live.FLEET_GROUP, fleet_update(node_update(node.pk, T0 + 1, utils={0: 90.0})))  # other: unchanged
+    group_send(live.FLEET_GROUP, fleet_update((node.pk, sample_at(T0 + 1, utils={0: 90.0}))))  # other: unchanged
     assert browser.receive() == {
         "type": "delta",
         "fleet": {
@@ -223,7 +227,7 @@ def test_it_sends_a_burst_of_updates_at_most_once_a_second_with_the_newest_value
     def listen() -> None:
         with contextlib.suppress(TimeoutError):
             while True:
-                deltas.append(browser.receive(timeout=1.5))
+                deltas.append(browser.receive(timeout=2.5))  # a delta can wait up to 1.4 s (pacing.py)
                 arrivals.append(("delta", time.monotonic()))
 
     listener = threading.Thread(target=listen)

@@ -1,3 +1,4 @@
+from agents.protocol import GpuSample
 from apps.dashboard.streams import alarm_summary
 from apps.telemetry.live import heat_cell, heat_cells
 
@@ -13,12 +14,13 @@ def test_a_node_without_alarms_has_empty_lists_so_a_delta_clears_the_outline():
 
 
 def test_a_heat_cell_holds_whole_numbers_and_memory_in_gib_and_keeps_absent_values_absent():
-    gpu = {"util_gpu": 54.6, "power_w": 699.5, "temp_c": None, "mem_used_mib": 81_920}
+    gpu = GpuSample(index=0, util_gpu=54.6, power_w=699.5, temp_c=None, mem_used_mib=81_920)
 
     assert heat_cell(gpu) == [55, 700, None, 80]
 
 
 def test_a_nodes_cells_are_listed_by_gpu_index_with_a_gap_where_a_gpu_did_not_report():
-    reading = {"util_gpu": 10.0, "power_w": 100.0, "temp_c": 40.0, "mem_used_mib": 2048}
+    def reading(index: int) -> GpuSample:
+        return GpuSample(index=index, util_gpu=10.0, power_w=100.0, temp_c=40.0, mem_used_mib=2048)
 
-    assert heat_cells([reading | {"index": 2}, reading | {"index": 0}]) == [[10, 100, 40, 2], None, [10, 100, 40, 2]]
+    assert heat_cells([reading(2), reading(0)]) == [[10, 100, 40, 2], None, [10, 100, 40, 2]]

@@ -1,4 +1,5 @@
-"""Live telemetry: each group gets the newest values at once, then at most once per interval."""
+"""Live telemetry: each group gets the newest values at once; what commits during a round of sends goes
+in the next one, newest values only."""
 
 import asyncio
 
@@ -33,7 +34,7 @@ async def receive(channel: str, timeout: float = 1.0) -> dict:
 @override_settings(CHANNEL_LAYERS=IN_MEMORY)
 async def test_it_sends_a_nodes_newest_sample_to_its_group_and_the_fleet_at_once():
     node_channel, fleet_channel = await subscribe("node.7"), await subscribe("fleet")
-    live = LivePublisher(interval_s=5.0)
+    live = LivePublisher()
     live.note(stored(Submission(7, telemetry(1, samples=3, util=40.0))))
     message = await receive(node_channel, timeout=0.5)
     assert message["type"] == "telemetry.node"
@@ -56,26 +57,44 @@ async def test_it_sends_a_nodes_newest_sample_to_its_group_and_the_fleet_at_once
 
 
 @override_settings(CHANNEL_LAYERS=IN_MEMORY)
-async def test_it_sends_a_group_at_most_once_per_interval_with_the_newest_values():
+async def test_what_commits_while_a_round_is_sent_goes_in_the_next_round_with_the_newest_values(monkeypatch):
     channel = await subscribe("node.3")
-    live = LivePublisher(interval_s=0.3)
-    loop = asyncio.get_running_loop()
+    layer, sending, release = get_channel_layer(), asyncio.Event(), asyncio.Event()
+    group_send = layer.group_send
+
+    async def slow_group_send(group: str, message: dict) -> None:
+        sending.set()
+        await release.wait()
+        await group_send(group, message)
+
+    monkeypatch.setattr(layer, "group_send", slow_group_send)
+    live = LivePublisher()
     live.note(stored(Submission(3, telemetry(1, util=10.0))))
-    first = await receive(channel)
-    sent_first = loop.time()
+    await sending.wait()
     live.note(stored(Submission(3, telemetry(2, ts=T0 + 1, util=20.0))))
     live.note(stored(Submission(3, telemetry(3, ts=T0 + 2, util=30.0))))
-    second = await receive(channel)
-    assert loop.time() - sent_first >= 0.25
+    release.set()
+
+    first, second = await receive(channel), await receive(channel)
     assert (first["gpus"][0]["util_gpu"], second["gpus"][0]["util_gpu"]) == (10.0, 30.0)
     with pytest.raises(TimeoutError):
-        await receive(channel, timeout=0.5)  # 20.0 was superseded, never sent
+        await receive(channel, timeout=0.3)  # 20.0 was superseded, never sent
+
+
+@override_settings(CHANNEL_LAYERS=IN_MEMORY)
+async def test_a_replayed_sample_older_than_one_waiting_to_be_sent_is_left_out():
+    channel = await subscribe("node.3")
+    live = LivePublisher()
+    live.note(stored(Submission(3, telemetry(5, ts=T0 + 5, util=50.0)), Submission(3, telemetry(4, ts=T0 + 4))))
+    assert (await receive(channel))["ts"] == T0 + 5
+    with pytest.raises(TimeoutError):
+        await receive(channel, timeout=0.3)
 
 
 @override_settings(CHANNEL_LAYERS=IN_MEMORY)
 async def test_it_collects_every_changed_node_into_one_fleet_message():
     fleet_channel = await subscribe("fleet")
-    live = LivePublisher(interval_s=0.2)
+    live = LivePublisher()
     live.note(stored(Submission(1, telemetry(1))))
     assert [n["node"] for n in (await receive(fleet_channel))["nodes"]] == [1]
     live.note(stored(Submission(2, telemetry(1)), Submission(3, telemetry(1))))
