@@ -430,7 +430,8 @@ def test_an_operator_acknowledges_then_resolves_a_failure_from_the_page(open_pag
     row = page.locator(f'li[data-failure="{failure.pk}"]')
     screenshot(page, "failures-operator")
 
-    row.get_by_role("button", name="Acknowledge").click()
+    with page.expect_response(lambda response: response.url.endswith("/acknowledge")):
+        row.get_by_role("button", name="Acknowledge").click()
     expect(row).to_have_attribute("data-state", "acknowledged")
     expect(row).to_contain_text("Acknowledged by otto")
     failure.refresh_from_db()
@@ -439,7 +440,10 @@ def test_an_operator_acknowledges_then_resolves_a_failure_from_the_page(open_pag
     row.get_by_role("button", name="Resolve…").click()
     page.locator("#resolve-dialog textarea").fill("GPU reseated")
     screenshot(page, "failures-resolve")
-    page.locator("#resolve-dialog").get_by_role("button", name="Resolve", exact=True).click()
+    # The live feed can show the change before the API's answer is back (it is pushed on commit),
+    # and the audit entry is written as the request ends: wait for the answer.
+    with page.expect_response(lambda response: response.url.endswith("/resolve")):
+        page.locator("#resolve-dialog").get_by_role("button", name="Resolve", exact=True).click()
     expect(page.locator("#no-failures")).to_contain_text("No open failures")  # it left the feed
     failure.refresh_from_db()
     assert (failure.state, failure.resolved_by, failure.resolution_note) == ("resolved", "otto", "GPU reseated")
