@@ -82,7 +82,7 @@ def publish_fleet(ids: list[int], stop: threading.Event) -> None:
     from asgiref.sync import async_to_sync
     from channels.layers import get_channel_layer
 
-    from agents.protocol import GpuSample, NodeSample
+    from agents.protocol import GpuSample
     from apps.telemetry import live
 
     send = async_to_sync(get_channel_layer().group_send)
@@ -94,7 +94,7 @@ def publish_fleet(ids: list[int], stop: threading.Event) -> None:
                 GpuSample(index=i, util_gpu=random.uniform(0, 100), power_w=random.uniform(300, 700), temp_c=60.0)
                 for i in range(GPUS_PER_NODE)
             ]
-            entries.append(live.fleet_entry(live.node_update(node, NodeSample(ts=ts, gpus=gpus))))
+            entries.append(live.fleet_entry(node, ts, gpus))
         send(live.FLEET_GROUP, {"type": "telemetry.fleet", "nodes": entries})
 
 

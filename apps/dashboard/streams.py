@@ -19,17 +19,16 @@ a dashboard shows no more, and a wattage that moved by 0.01 W is not worth a byt
 
 from collections import defaultdict
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db.models import QuerySet
 
-from agents.protocol import GpuSample, NodeSample
 from apps.dashboard.deltas import Tree
 from apps.failures.api.serializers import FailureSerializer
 from apps.failures.choices import FailureKind, most_severe
 from apps.failures.models import IS_ALARM, Failure
 from apps.inventory.models import Node
-from apps.telemetry.live import LIVE_GPU_FIELDS, fleet_entry
+from apps.telemetry.live import LIVE_GPU_FIELDS, GpuReading, fleet_entry
 from apps.telemetry.models import LatestGpuSample
 
 FLEET_TELEMETRY_FIELDS = ("ts", "gpus", "util_gpu_mean", "power_w_total", "temp_c_max", "heat")
@@ -83,22 +82,36 @@ def failure_payload(failure: Failure) -> Tree:
 # Snapshots (sync: consumers call them through database_sync_to_async) ----------------------------
 
 
+class _Reading(NamedTuple):
+    """A GPU's newest stored values, as much of them as a fleet entry reads (GpuReading)."""
+
+    index: int
+    util_gpu: float | None
+    power_w: float | None
+    temp_c: float | None
+    mem_used_mib: int | None
+
+
+_READING_COLUMNS = ("gpu_index", "util_gpu", "power_w", "temp_c", "mem_used_mib")
+
+
 def fleet_snapshot() -> Tree:
     """Every node's fleet entry, by node id: three queries (the newest sample of every GPU is read
     whole, ~8,000 rows at 1,000 nodes, and summarised as apps/telemetry/live.py summarises a sample)."""
     alarms: dict[int, list[tuple[str, int | None, str]]] = defaultdict(list)
     for node_id, *alarm in alarm_rows(Failure.objects.all()):
         alarms[node_id].append(tuple(alarm))
-    samples: dict[int, list[tuple[datetime, GpuSample]]] = defaultdict(list)
-    rows = LatestGpuSample.objects.values_list("node_id", "ts", "gpu_index", *LIVE_GPU_FIELDS).order_by()
-    for node_id, ts, index, *values in rows:
-        samples[node_id].append((ts, GpuSample(index, **dict(zip(LIVE_GPU_FIELDS, values, strict=True)))))
+    newest: dict[int, datetime] = {}
+    readings: dict[int, list[GpuReading]] = defaultdict(list)
+    for node_id, ts, *reading in LatestGpuSample.objects.values_list("node_id", "ts", *_READING_COLUMNS).order_by():
+        readings[node_id].append(_Reading._make(reading))  # a tuple, not a struct: 8,000 of them per snapshot
+        if node_id not in newest or ts > newest[node_id]:
+            newest[node_id] = ts
     entries: Tree = {}
     for node in Node.objects.values("id", *NODE_FIELDS):
         entry = {field: node[field] for field in NODE_FIELDS} | alarm_summary(alarms[node["id"]])
-        if gpus := samples.get(node["id"]):
-            sample = NodeSample(ts=max(ts for ts, _ in gpus).timestamp(), gpus=[gpu for _, gpu in gpus])
-            entry |= fleet_fragment(fleet_entry(node["id"], sample))
+        if gpus := readings.get(node["id"]):
+            entry |= fleet_fragment(fleet_entry(node["id"], newest[node["id"]].timestamp(), gpus))
         entries[str(node["id"])] = entry
     return entries
 

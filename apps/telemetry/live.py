@@ -20,13 +20,13 @@ connections and refuses more: gathering 1,000 sends at once failed most of them)
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from statistics import fmean
-from typing import Any
+from typing import Any, Protocol
 
 from channels.layers import get_channel_layer
 
-from agents.protocol import GpuSample, NodeSample
+from agents.protocol import NodeSample
 from apps.dashboard import watchers
 from apps.telemetry.storage import StoredBatch
 
@@ -55,14 +55,29 @@ def _whole(value: float | None, scale: float = 1.0) -> int | None:
 HEAT_FIELDS = ("util", "power", "temp", "mem")  # a heatmap cell's values, in this order
 
 
-def heat_cell(gpu: GpuSample) -> list[int | None]:
+class GpuReading(Protocol):
+    """What a fleet entry reads of a GPU: a sample as the agent sent it, or a stored row's values."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def util_gpu(self) -> float | None: ...
+    @property
+    def power_w(self) -> float | None: ...
+    @property
+    def temp_c(self) -> float | None: ...
+    @property
+    def mem_used_mib(self) -> int | None: ...
+
+
+def heat_cell(gpu: GpuReading) -> list[int | None]:
     """One GPU's heatmap cell, ``HEAT_FIELDS`` in order: utilization %, power W, temperature °C and
     memory used GiB, in whole numbers, since a colour cannot show a tenth of a percent and every value
     that does not move is one the delta leaves out."""
     return [_whole(gpu.util_gpu), _whole(gpu.power_w), _whole(gpu.temp_c), _whole(gpu.mem_used_mib, 1024)]
 
 
-def heat_cells(gpus: list[GpuSample]) -> list[list[int | None] | None]:
+def heat_cells(gpus: Sequence[GpuReading]) -> list[list[int | None] | None]:
     """A node's cells by GPU index (null for an index that did not report): one short list, which a
     delta replaces whole. At 1,000 nodes that is ~130 bytes a node instead of ~360 as objects."""
     cells: list[list[int | None] | None] = [None] * (max((g.index for g in gpus), default=-1) + 1)
@@ -71,15 +86,15 @@ def heat_cells(gpus: list[GpuSample]) -> list[list[int | None] | None]:
     return cells
 
 
-def fleet_entry(node_id: int, sample: NodeSample) -> dict[str, Any]:
-    """One node's line in the ``telemetry.fleet`` message: its summary and its GPUs' heatmap cells."""
-    gpus = sample.gpus
+def fleet_entry(node_id: int, ts: float, gpus: Sequence[GpuReading]) -> dict[str, Any]:
+    """One node's line in the ``telemetry.fleet`` message (its sample at ``ts``): its summary and its
+    GPUs' heatmap cells. The fleet snapshot (apps/dashboard/streams.py) builds its entries with it too."""
     utils = [g.util_gpu for g in gpus if g.util_gpu is not None]
     powers = [g.power_w for g in gpus if g.power_w is not None]
     temps = [g.temp_c for g in gpus if g.temp_c is not None]
     return {
         "node": node_id,
-        "ts": sample.ts,
+        "ts": ts,
         "gpus": len(gpus),
         "util_gpu_mean": fmean(utils) if utils else None,
         "power_w_total": sum(powers) if powers else None,
@@ -123,7 +138,7 @@ class LivePublisher:
         if not nodes:
             return
         messages = [(node_group(n), node_update(n, s)) for n, s in nodes.items() if watched is None or n in watched]
-        fleet = {"type": "telemetry.fleet", "nodes": [fleet_entry(n, s) for n, s in nodes.items()]}
+        fleet = {"type": "telemetry.fleet", "nodes": [fleet_entry(n, s.ts, s.gpus) for n, s in nodes.items()]}
         messages.append((FLEET_GROUP, fleet))
         await self._send(messages)
 

@@ -53,7 +53,7 @@ def node_update(node_id: int, ts: float, *, utils: dict[int, float] | None = Non
 
 
 def fleet_update(*samples: tuple[int, NodeSample]) -> dict:
-    return {"type": "telemetry.fleet", "nodes": [live.fleet_entry(node_id, sample) for node_id, sample in samples]}
+    return {"type": "telemetry.fleet", "nodes": [live.fleet_entry(node_id, s.ts, s.gpus) for node_id, s in samples]}
 
 
 def store_latest(node: Node, ts: float, *, util: float = 50.0) -> None:
