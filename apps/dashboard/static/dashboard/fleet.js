@@ -10,6 +10,7 @@ const page = JSON.parse(document.getElementById("fleet-page").textContent);
 const IDLE_BELOW_UTIL = 10; // % : a GPU under this is idle, and its hour is money spent on nothing
 const HOUR_S = 3600;
 const FEED_LENGTH = 15;
+const CHART_REDRAW_S = 5;
 
 const heatmap = new Heatmap(document.getElementById("heatmap"), document.getElementById("heatmap-tip"), page.layout, page.tops);
 const metricSelect = document.getElementById("heat-metric");
@@ -132,13 +133,20 @@ async function loadHistory() {
   chart?.setData(series);
 }
 
+let chartDrawnAt = 0;
+
 function addLivePoint(fleet) {
   const now = Math.floor(Date.now() / 1000);
   const { util, power } = fleetTotals(fleet);
   if (series[0].at(-1) === now) return;
   series[0].push(now); series[1].push(util); series[2].push(power);
   while (series[0].length && series[0][0] < now - HOUR_S) for (const s of series) s.shift();
-  chart?.setData(series);
+  // An hour on a few hundred pixels: redrawing every CHART_REDRAW_S is as good to the eye, and
+  // leaves the main thread to the heatmap.
+  if (now - chartDrawnAt >= CHART_REDRAW_S) {
+    chartDrawnAt = now;
+    chart?.setData(series);
+  }
 }
 
 // Open failures -----------------------------------------------------------------------------------
