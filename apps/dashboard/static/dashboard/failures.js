@@ -14,6 +14,7 @@ const filters = document.getElementById("failure-filters");
 let timer = null;
 let inFlight = null;
 let again = false;
+let loadedMore = 0; // bumped by each "load more": a re-read started before it is stale when it lands
 
 function rows(root = feed) {
   return [...root.querySelectorAll("#failure-list > li[data-failure]")];
@@ -41,7 +42,12 @@ async function refresh() {
   const known = new Set(rows().map((row) => row.dataset.failure));
   const open = new Set([...feed.querySelectorAll("details[open]")].map((d) => d.dataset.sideEffects));
   const limit = Math.min(Math.max(rows().length, PAGE_SIZE), MAX_LIMIT);
+  const started = loadedMore;
   const fresh = await fetchList({ limit, offset: 0 });
+  if (loadedMore !== started) { // it would drop the rows just loaded: read again, as long as the list is now
+    again = true;
+    return;
+  }
   for (const details of fresh.querySelectorAll("details[data-side-effects]")) details.open = open.has(details.dataset.sideEffects);
   for (const row of rows(fresh)) if (known.size && !known.has(row.dataset.failure)) row.classList.add("arrived");
   feed.replaceChildren(...fresh.childNodes);
@@ -63,6 +69,7 @@ async function loadMore(link) {
   link.setAttribute("aria-disabled", "true");
   const more = await fetchList({ offset: rows().length, limit: PAGE_SIZE });
   document.getElementById("failure-list").append(...rows(more));
+  loadedMore += 1;
   const next = more.querySelector("#load-more");
   link.closest(".load-more-row").replaceWith(...(next ? [next.closest(".load-more-row")] : []));
 }
