@@ -31,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.chromium import signed_in_context
 from benchmarks.scratch_database import scratch_postgresql
 from benchmarks.telemetry import (
     GPUS_PER_NODE,
@@ -43,11 +44,9 @@ from benchmarks.telemetry import (
     start_server,
 )
 
-CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 SCRATCH_DATABASE = "bench_dashboard"
 FRAME_BUDGET_MS = 16.0
 REPORTING_TIMEOUT_S = 240  # for every node's latest samples to be stored
-VIEWPORT = {"width": 1920, "height": 1080}
 
 
 def reporting_nodes() -> int:
@@ -66,12 +65,7 @@ def wait_for_fleet(nodes: int) -> float:
 
 
 def measure_in_chromium(origin: str, session: str, *, loads: int, seconds: float) -> dict:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--disable-gpu"])
-        context = browser.new_context(base_url=origin, viewport=VIEWPORT)
-        context.add_cookies([{"name": "sessionid", "value": session, "url": origin}])
+    with signed_in_context(origin, session) as context:
         first_renders = []
         for _ in range(loads):
             page = context.new_page()
@@ -95,7 +89,6 @@ def measure_in_chromium(origin: str, session: str, *, loads: int, seconds: float
             "({bytes: cpFleet.live.bytesReceived, times: cpFleet.live.updateMs.slice(), cells: "
             "cpFleet.heatmap.blocks.reduce((n, b) => n + b.gpus, 0), live: document.body.dataset.live})"
         )
-        browser.close()
     updates = end["times"][start["updates"] :]
     return {
         "first_renders": first_renders,

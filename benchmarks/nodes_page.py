@@ -32,13 +32,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.chromium import signed_in_context
 from benchmarks.scratch_database import scratch_postgresql
 from benchmarks.telemetry import GPUS_PER_NODE, REPO, free_port, percentile, server_environment, start_server
 
-CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 SCRATCH_DATABASE = "bench_nodes_page"
 FRAME_BUDGET_MS = 16.0
-VIEWPORT = {"width": 1920, "height": 1080}
 SORTS = 6
 
 
@@ -99,12 +98,7 @@ def publish_fleet(ids: list[int], stop: threading.Event) -> None:
 
 
 def measure_in_chromium(origin: str, session: str, *, loads: int, seconds: float) -> dict:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--disable-gpu"])
-        context = browser.new_context(base_url=origin, viewport=VIEWPORT)
-        context.add_cookies([{"name": "sessionid", "value": session, "url": origin}])
+    with signed_in_context(origin, session) as context:
         page_loads = []
         for _ in range(loads):
             page = context.new_page()
@@ -139,7 +133,6 @@ def measure_in_chromium(origin: str, session: str, *, loads: int, seconds: float
             """() => { const box = document.getElementById('select-all'); const started = performance.now();
               box.click(); document.body.offsetHeight; return performance.now() - started; }"""
         )
-        browser.close()
     return {
         "loads": page_loads,
         "updates": timings[start:],
