@@ -15,6 +15,7 @@ node; 4409 a newer connection of the same node took over; 4426 unsupported proto
 """
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, Final, Literal
 
@@ -47,6 +48,12 @@ Stream = Literal["telemetry", "events"]
 
 
 _STREAMS: Final[dict[str | None, Stream]] = {"telemetry": "telemetry", "events": "events"}
+
+# Inventories are applied on a thread of their own, one at a time as before, not on the sync thread
+# every other database call of these consumers queues on: when a thousand agents connect at once,
+# their first inventories (tens of queries each) held up the next agents' authentication and Welcome
+# past the agents' 10 s handshake timeout, and those agents came back to do it all again.
+_inventory_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-inventory")
 
 
 class _FrameSeq(msgspec.Struct):
@@ -183,7 +190,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
                     await self._refuse_impersonation(message.host.hostname, "inventory")
                     return
                 bookkeeper().heard_from(self.node.pk)
-                await database_sync_to_async(apply_inventory)(self.node, message)
+                await database_sync_to_async(apply_inventory, thread_sensitive=False, executor=_inventory_thread)(
+                    self.node, message
+                )
             case protocol.Telemetry():
                 bookkeeper().heard_from(self.node.pk)
                 stored = await sinks.store_telemetry(self.node.pk, message)
@@ -214,7 +223,8 @@ class AgentConsumer(AsyncWebsocketConsumer):
         # One socket per node: a reconnecting agent's half-dead earlier socket (or a second agent
         # with a copied credential) is closed, so two streams never interleave one node's seqs.
         await self.channel_layer.group_send(
-            node_group(self.node.pk), {"type": "agent.superseded", "by": self.channel_name}
+            node_group(self.node.pk),
+            {"type": "agent.superseded", "by": self.channel_name, "hello_at": self.connected_at.timestamp()},
         )
         await self._send(
             protocol.Welcome(
@@ -269,8 +279,14 @@ class AgentConsumer(AsyncWebsocketConsumer):
     # Messages from the rest of the control plane (channel layer) ----------------------------------
 
     async def agent_superseded(self, event: dict[str, Any]) -> None:
-        if event["by"] != self.channel_name and not self.closing:
-            await self._close(CLOSE_SUPERSEDED, "A newer connection of this node took over.")
+        if event["by"] == self.channel_name or self.closing:
+            return
+        # An announcement from a connection whose Hello came before ours is not a newer connection, however
+        # late it arrives: its agent gave up waiting for the Welcome and is talking on this one. Closing
+        # this one for it sent a thousand agents connecting at once round and round.
+        if self.said_hello and event.get("hello_at", float("inf")) < self.connected_at.timestamp():
+            return
+        await self._close(CLOSE_SUPERSEDED, "A newer connection of this node took over.")
 
     async def credential_revoked(self, event: dict[str, Any]) -> None:
         if self.credential is not None and event["credential_id"] == self.credential.pk and not self.closing:

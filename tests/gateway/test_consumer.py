@@ -4,12 +4,14 @@ handshake, acks, and one socket per node."""
 import asyncio
 
 import pytest
+from channels.layers import get_channel_layer
 
 from agents import protocol
 from apps.accounts.models import AuditLogEntry
 from apps.gateway import sinks
 from apps.gateway.consumers import CLOSE_FORBIDDEN, CLOSE_SUPERSEDED, CLOSE_UNAUTHORIZED
 from apps.gateway.models import GatewayCounter, NodeAgent
+from apps.gateway.push import node_group
 from apps.inventory.choices import Liveness
 from apps.inventory.models import Node
 from tests.gateway.conftest import NOW, enrolled_node, eventually, in_db
@@ -145,6 +147,22 @@ async def test_it_closes_the_older_socket_when_the_node_connects_again(connect_a
     assert await first.close_code() == CLOSE_SUPERSEDED
     assert (await second.roundtrip()).seq == 1
     assert await in_db(lambda: NodeAgent.objects.get(node=node).connected)()
+
+
+async def test_an_abandoned_earlier_connection_does_not_close_the_one_that_replaced_it(connect_agent, recorder):
+    # The agent gave up on a connection whose Welcome was slow and connected again; the server finishes
+    # the first Hello after the second and announces it late.
+    node, credential = await in_db(enrolled_node)()
+    agent = await connect_agent(credential, node.hostname)
+    await agent.hello()
+    hello_at = await in_db(lambda: NodeAgent.objects.get(node=node).connected_at.timestamp())()
+
+    announce = get_channel_layer().group_send
+    await announce(node_group(node.pk), {"type": "agent.superseded", "by": "specific.old!1", "hello_at": hello_at - 5})
+    assert (await agent.roundtrip()).seq == 1
+
+    await announce(node_group(node.pk), {"type": "agent.superseded", "by": "specific.new!1", "hello_at": hello_at + 5})
+    assert await agent.close_code() == CLOSE_SUPERSEDED
 
 
 async def test_it_refuses_a_protocol_version_it_does_not_speak(connect_agent):
