@@ -28,7 +28,6 @@ from django.utils import timezone
 
 from agents import protocol
 from apps.accounts.audit import record
-from apps.core.layer_slots import layer_slot
 from apps.gateway import liveness, sinks
 from apps.gateway.bookkeeping import bookkeeper
 from apps.gateway.choices import CounterCode
@@ -134,15 +133,13 @@ class AgentConsumer(AsyncWebsocketConsumer):
             return
         self.credential, self.node = credential, credential.node
         bookkeeper().connected(credential.pk)
-        async with layer_slot():
-            await self.channel_layer.group_add(node_group(self.node.pk), self.channel_name)
+        await self.channel_layer.group_add(node_group(self.node.pk), self.channel_name)
 
     async def disconnect(self, code: int) -> None:
         if self.credential is None:
             return
         bookkeeper().disconnected(self.credential.pk)
-        async with layer_slot():
-            await self.channel_layer.group_discard(node_group(self.node.pk), self.channel_name)
+        await self.channel_layer.group_discard(node_group(self.node.pk), self.channel_name)
         if self.said_hello:
             await database_sync_to_async(_record_disconnect)(self.node.pk, self.connected_at)
 
