@@ -5,11 +5,18 @@ each node a real WebSocket client sending 8 GPUs' samples a second).
 - ``first_render_ms``: from navigation to the fleet page's first useful render (the heatmap drawn with
   every node's data from the fleet snapshot: the page's ``fleet-first-render`` mark, which the
   browser times from navigation start), the median of ``--loads`` fresh loads; each load is listed.
-- ``update_main_thread_ms_p95``: the main-thread time of each live update (parse, merge, counts,
-  costs, chart, and redrawing the 8,000-cell heatmap; ``performance.now()`` around the message
-  handler, which draws synchronously) over ``--seconds``, 95th percentile; the target is a 60 Hz
-  frame, 16 ms, and ``update_budget_ratio`` is p95 / 16.
+- ``update_main_thread_ms_p95``: the main-thread time of each live update over ``--seconds``, 95th
+  percentile; the target is a 60 Hz frame, 16 ms, and ``update_budget_ratio`` is p95 / 16. The page's
+  worker (apps/dashboard/static/dashboard/fleet-worker.js) parses and merges each delta and redraws
+  the 8,000-cell heatmap on its OffscreenCanvas; the main thread applies what the worker sums up
+  (counts, costs, the hour chart's point, and the chart's redraw every 5 s): ``performance.now()``
+  around that handler. The worker's own time per update is reported beside it
+  (``update_worker_ms_*``), so no work is hidden by moving it.
 - ``update_bytes_per_s``: what the fleet stream sent the page per second over the same span.
+
+Measured in the steady state: after every node has reported, the benchmark waits until the fleet's
+connect backlog (1,000 discoveries and replays) is stored, as benchmarks/telemetry.py does, so that
+the page loads meet the server as it runs all day, not in its first minute.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python benchmarks/dashboard.py
         [--nodes 1000] [--seconds 30] [--loads 5] [--workers 2]
@@ -40,6 +47,7 @@ from benchmarks.telemetry import (
     percentile,
     prepare_fleet,
     server_environment,
+    settle,
     start_fleet,
     start_server,
 )
@@ -84,15 +92,17 @@ def measure_in_chromium(origin: str, session: str, *, loads: int, seconds: float
         page.wait_for_function("window.cpFleetRendered !== undefined", timeout=30_000)
         page.wait_for_timeout(3_000)  # past the snapshot, into the steady stream of deltas
         start = page.evaluate("({bytes: cpFleet.live.bytesReceived, updates: cpFleet.live.updateMs.length})")
+        # The two lists grow together, one entry per update, and are bounded far above 30 s of updates.
         page.wait_for_timeout(seconds * 1000)
         end = page.evaluate(
-            "({bytes: cpFleet.live.bytesReceived, times: cpFleet.live.updateMs.slice(), cells: "
+            "({bytes: cpFleet.live.bytesReceived, times: cpFleet.live.updateMs.slice(), "
+            "worker: cpFleet.live.workerMs.slice(), cells: "
             "cpFleet.heatmap.blocks.reduce((n, b) => n + b.gpus, 0), live: document.body.dataset.live})"
         )
-    updates = end["times"][start["updates"] :]
     return {
         "first_renders": first_renders,
-        "updates": updates,
+        "updates": end["times"][start["updates"] :],
+        "worker": end["worker"][start["updates"] :],
         "bytes": end["bytes"] - start["bytes"],
         "cells": end["cells"],
         "live": end["live"],
@@ -128,6 +138,8 @@ def main() -> None:
         fleet = start_fleet(origin, credentials_file, args.nodes, 1.0, REPORTING_TIMEOUT_S + args.seconds + 120)
         try:
             connect_s = wait_for_fleet(args.nodes)
+            if not settle(fleet, args.nodes):
+                raise SystemExit("the server never stored the fleet's connect backlog: it is behind")
             measured = measure_in_chromium(origin, session, loads=args.loads, seconds=args.seconds)
         finally:
             fleet.process.send_signal(signal.SIGINT)
@@ -151,6 +163,8 @@ def main() -> None:
         "update_main_thread_ms_p95": p95,
         "update_main_thread_ms_max": round(max(measured["updates"]), 2) if measured["updates"] else None,
         "update_budget_ratio": round(p95 / FRAME_BUDGET_MS, 3) if p95 is not None else None,
+        "update_worker_ms_p50": percentile(measured["worker"], 0.5),
+        "update_worker_ms_p95": percentile(measured["worker"], 0.95),
         "updates": len(measured["updates"]),
         "update_bytes_per_s": round(measured["bytes"] / args.seconds),
         "measured_s": args.seconds,
@@ -170,6 +184,10 @@ def main() -> None:
         f"updates:      {figures['updates']} in {args.seconds:g} s; main thread p50 "
         f"{figures['update_main_thread_ms_p50']} ms, p95 {p95} ms (target < {FRAME_BUDGET_MS:g}), "
         f"max {figures['update_main_thread_ms_max']} ms"
+    )
+    print(
+        f"              in the page's worker (parse, merge, heatmap): p50 {figures['update_worker_ms_p50']} ms, "
+        f"p95 {figures['update_worker_ms_p95']} ms"
     )
     print(f"payload:      {figures['update_bytes_per_s']:,} bytes/s from the fleet stream")
     print(json.dumps(figures))

@@ -54,6 +54,7 @@ from apps.dashboard.deltas import LiveView, Tree
 from apps.dashboard.pacing import DeltaPacing
 from apps.dashboard.publish import FAILURES_GROUP
 from apps.telemetry.live import FLEET_GROUP, node_group
+from controlplane.websockets import client_gone
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +201,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self._handle(text_data)
         except BadMessage as exc:
             await self._reply_error(exc.reason, str(exc))
-        except Exception:
+        except Exception as exc:
+            if client_gone(exc):  # the page closed while its snapshot was on the way
+                log.debug("Live stream client left mid-reply: %s", exc)
+                return
             log.exception("Live stream request failed")
             await self._reply_error("unavailable", "The server could not do that just now; try again.")
 

@@ -18,10 +18,9 @@ a dashboard shows no more, and a wattage that moved by 0.01 W is not worth a byt
 """
 
 from collections import defaultdict
-from datetime import datetime
 from typing import Any, NamedTuple
 
-from django.db.models import QuerySet
+from django.db.models import Max, QuerySet
 
 from apps.dashboard.deltas import Tree
 from apps.failures.api.serializers import FailureSerializer
@@ -96,17 +95,19 @@ _READING_COLUMNS = ("gpu_index", "util_gpu", "power_w", "temp_c", "mem_used_mib"
 
 
 def fleet_snapshot() -> Tree:
-    """Every node's fleet entry, by node id: three queries (the newest sample of every GPU is read
-    whole, ~8,000 rows at 1,000 nodes, and summarised as apps/telemetry/live.py summarises a sample)."""
+    """Every node's fleet entry, by node id: four queries. The newest sample of every GPU is read
+    whole (~8,000 rows at 1,000 nodes) and summarised as apps/telemetry/live.py summarises a sample;
+    a node's newest timestamp comes from the database, grouped, since turning 8,000 timestamps into
+    datetimes took half of the snapshot's time."""
     alarms: dict[int, list[tuple[str, int | None, str]]] = defaultdict(list)
     for node_id, *alarm in alarm_rows(Failure.objects.all()):
         alarms[node_id].append(tuple(alarm))
-    newest: dict[int, datetime] = {}
     readings: dict[int, list[GpuReading]] = defaultdict(list)
-    for node_id, ts, *reading in LatestGpuSample.objects.values_list("node_id", "ts", *_READING_COLUMNS).order_by():
+    for node_id, *reading in LatestGpuSample.objects.values_list("node_id", *_READING_COLUMNS).order_by():
         readings[node_id].append(_Reading._make(reading))  # a tuple, not a struct: 8,000 of them per snapshot
-        if node_id not in newest or ts > newest[node_id]:
-            newest[node_id] = ts
+    newest = dict(
+        LatestGpuSample.objects.order_by().values("node_id").annotate(newest=Max("ts")).values_list("node_id", "newest")
+    )
     entries: Tree = {}
     for node in Node.objects.values("id", *NODE_FIELDS):
         entry = {field: node[field] for field in NODE_FIELDS} | alarm_summary(alarms[node["id"]])

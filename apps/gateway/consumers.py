@@ -35,6 +35,7 @@ from apps.gateway.discovery import apply_inventory
 from apps.gateway.models import NodeAgent, NodeCredential
 from apps.gateway.push import node_group
 from apps.inventory.models import Node
+from controlplane.websockets import client_gone
 
 logger = logging.getLogger(__name__)
 
@@ -95,10 +96,6 @@ def client_address(scope: dict[str, Any]) -> str | None:
         return forwarded.split(",")[0].strip() or None
     client = scope.get("client")
     return client[0] if client else None
-
-
-# How uvicorn refuses a send on a socket it has closed (see AgentConsumer._send).
-AFTER_CLOSE = "after sending 'websocket.close'"
 
 
 class AgentConsumer(AsyncWebsocketConsumer):
@@ -264,12 +261,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
         try:
             await self.send(text_data=protocol.encode(message).decode())
         except (OSError, RuntimeError) as exc:
-            # The agent went away before its reply: the ASGI server's ClientDisconnected (an
-            # OSError), or, from uvicorn's websockets-sansio protocol once it has failed the socket
-            # itself (keepalive ping timeout), a RuntimeError about sending after the close.
-            # Nothing is lost: what was stored stays stored, and the agent, not having the ack,
-            # replays it on reconnect, where the seq check drops it.
-            if isinstance(exc, RuntimeError) and AFTER_CLOSE not in str(exc):
+            # The agent went away before its reply. Nothing is lost: what was stored stays stored,
+            # and the agent, not having the ack, replays it on reconnect, where the seq check drops it.
+            if not client_gone(exc):
                 raise
             logger.debug("%s disconnected before its %s", self.node.hostname, type(message).__name__)
 

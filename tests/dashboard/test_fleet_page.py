@@ -1,6 +1,7 @@
 """The fleet overview in real headless Chromium: sign-in, the heatmap drawn from the fleet stream and
 redrawn as samples arrive, an XID 79 outlining its node and reaching the failures feed."""
 
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -43,18 +44,34 @@ def wait_for_first_render(page: Page) -> None:
     page.wait_for_function("window.cpFleetRendered !== undefined", timeout=10_000)
 
 
-def cell_colour(page: Page, node: Node, gpu: int) -> list[int]:
-    """The RGBA of the middle of one GPU's cell, read back from the canvas."""
+def device_pixel(page: Page, node: Node, *, x_cells: float, y_px: float) -> list[int]:
+    """The RGBA of a point of the heatmap, ``x_cells`` cells right of a node's block and ``y_px`` CSS
+    pixels below its top, read back from the canvas by the page's worker (which owns it)."""
     return page.evaluate(
-        """([nodeId, gpu]) => {
+        """([nodeId, xCells, yPx]) => {
             const { heatmap } = window.cpFleet;
             const block = heatmap.blocks.find((b) => b.node.id === nodeId);
-            const x = (block.x + gpu * block.cell + block.cell / 2) * heatmap.scale;
-            const y = (block.y + block.cell / 2) * heatmap.scale;
-            return Array.from(heatmap.canvas.getContext("2d").getImageData(x, y, 1, 1).data);
+            const x = Math.floor((block.x + xCells * block.cell) * heatmap.scale);
+            const y = Math.floor((block.y + yPx) * heatmap.scale);
+            return window.cpFleet.pixel(x, y);
         }""",
-        [node.pk, gpu],
+        [node.pk, x_cells, y_px],
     )
+
+
+def cell_colour(page: Page, node: Node, gpu: int) -> list[int]:
+    """The RGBA of the middle of one GPU's cell."""
+    cell = page.evaluate("(nodeId) => window.cpFleet.heatmap.blocks.find((b) => b.node.id === nodeId).cell", node.pk)
+    return device_pixel(page, node, x_cells=gpu + 0.5, y_px=cell / 2)
+
+
+def wait_for_entry(page: Page, node: Node, condition: str, timeout_s: float = 5.0) -> None:
+    """Wait until the node's entry in the page's copy of the fleet (kept by its worker) satisfies
+    ``condition``, a JavaScript expression of ``entry``."""
+    deadline = time.monotonic() + timeout_s
+    while not page.evaluate(f"window.cpFleet.entry({node.pk}).then((entry) => Boolean(entry && ({condition})))"):
+        assert time.monotonic() < deadline, f"node {node.hostname}'s entry never had {condition}"
+        page.wait_for_timeout(100)
 
 
 def test_a_viewer_signs_in_through_the_form_and_lands_on_the_fleet(open_page, viewer, fleet):
@@ -86,7 +103,7 @@ def test_the_heatmap_shows_the_fleet_and_changes_as_samples_arrive(open_page, vi
 
     group_send(live.FLEET_GROUP, fleet_update((node.pk, sample_at(T0 + 1, utils={5: 100.0}))))
 
-    page.wait_for_function(f"window.cpFleet.live.fleet['{node.pk}'].heat[5][0] === 100", timeout=5_000)
+    wait_for_entry(page, node, "entry.heat[5][0] === 100")
     after = cell_colour(page, node, 5)
     assert after != before
     assert cell_colour(page, node, 4) == before  # its sibling did not move
@@ -102,18 +119,31 @@ def test_an_xid_79_reaches_the_failures_feed_and_outlines_its_node(open_page, vi
 
     feed = page.locator("#failure-feed li", has_text=node.hostname)
     expect(feed).to_contain_text("critical")
-    page.wait_for_function(f"window.cpFleet.live.fleet['{node.pk}'].severity === 'critical'", timeout=5_000)
-    outline = page.evaluate(
+    wait_for_entry(page, node, "entry.severity === 'critical'")
+    outline = device_pixel(page, node, x_cells=3, y_px=-1.5)
+    assert outline[3] > 0, "no outline drawn above the node's cells"
+    screenshot(page, "fleet-xid79")
+
+
+def test_hovering_a_cell_shows_its_gpu_values_and_clicking_opens_the_node(open_page, viewer, fleet):
+    page = open_page(viewer, "/")
+    wait_for_first_render(page)
+    node = fleet[2]
+    box = page.evaluate(
         """(nodeId) => {
             const { heatmap } = window.cpFleet;
             const block = heatmap.blocks.find((b) => b.node.id === nodeId);
-            const x = (block.x + block.cell * 3) * heatmap.scale, y = (block.y - 1.5) * heatmap.scale;
-            return Array.from(heatmap.canvas.getContext("2d").getImageData(x, y, 1, 1).data);
+            const bounds = heatmap.canvas.getBoundingClientRect();
+            return {x: bounds.left + block.x + block.cell * 6.5, y: bounds.top + block.y + block.cell / 2};
         }""",
         node.pk,
     )
-    assert outline[3] > 0, "no outline drawn above the node's cells"
-    screenshot(page, "fleet-xid79")
+    page.mouse.move(box["x"], box["y"])
+    tip = page.locator("#heatmap-tip")
+    expect(tip).to_contain_text(f"{node.hostname} GPU 6")
+    expect(tip).to_contain_text("Utilization 50 %")
+    page.mouse.click(box["x"], box["y"])
+    page.wait_for_url(f"**/nodes/{node.pk}/")
 
 
 def test_the_fleet_page_reads_in_dark_mode_and_on_a_4k_wall_screen(open_page, viewer, fleet):

@@ -62,10 +62,11 @@ class FleetPage(DashboardPage):
             "liveness_counts": [(state, counts["liveness"].get(state.value, 0)) for state in Liveness],
             "recent_failures": recent,
             "pricing": pricing,
+            # The fleet stream's snapshot, in the page itself: the heatmap is drawn as soon as the
+            # script runs instead of a WebSocket round trip later (the socket's own snapshot follows).
+            # Apart from the rest, since the page hands its text to its worker unparsed (fleet.js).
+            "fleet_snapshot": fleet_snapshot(),
             "fleet_page": {
-                # The fleet stream's snapshot, in the page itself: the heatmap is drawn as soon as the
-                # script runs instead of a WebSocket round trip later (the socket's own snapshot follows).
-                "snapshot": fleet_snapshot(),
                 "layout": heatmap_layout(),
                 "tops": scale_tops(),
                 "pricing": {

@@ -2,19 +2,50 @@
 // utilization and power, and the open failures, all kept live from the fleet stream.
 
 import { api, escapeHtml } from "./api.js";
-import { Heatmap, METRICS } from "./heatmap.js";
-import { LiveSocket } from "./live.js";
+import { Heatmap, METRICS, heatmapTheme } from "./heatmap.js";
+import { TIMINGS_KEPT, showLiveStatus, signInAgain } from "./live.js";
 import { cssVar, drawLegend } from "./scale.js";
 
 const page = JSON.parse(document.getElementById("fleet-page").textContent);
-const IDLE_BELOW_UTIL = 10; // % : a GPU under this is idle, and its hour is money spent on nothing
 const HOUR_S = 3600;
 const FEED_LENGTH = 15;
 const CHART_REDRAW_S = 5;
 
-const heatmap = new Heatmap(document.getElementById("heatmap"), document.getElementById("heatmap-tip"), page.layout, page.tops);
+// The worker (fleet-worker.js) owns the socket, the fleet's data and the heatmap's canvas; this
+// thread places the heatmap, answers the mouse and writes what the worker sums up.
+const worker = new Worker(new URL("./fleet-worker.js", import.meta.url), { type: "module" });
+const pending = new Map(); // request id -> resolve, for the worker's replies
+let lastRequest = 0;
+function ask(message) {
+  lastRequest += 1;
+  worker.postMessage({ ...message, request: lastRequest });
+  return new Promise((resolve) => pending.set(lastRequest, resolve));
+}
+
+const canvas = document.getElementById("heatmap");
+const offscreen = canvas.transferControlToOffscreen();
+worker.postMessage(
+  {
+    type: "init",
+    canvas: offscreen,
+    // The fleet stream's snapshot came in the page, as text: the worker parses it and draws at once,
+    // instead of a WebSocket round trip later (the socket's own snapshot follows).
+    snapshot: document.getElementById("fleet-snapshot").textContent,
+    tops: page.tops,
+    theme: heatmapTheme(),
+    nodes: Object.fromEntries(page.layout.flatMap((group) => group.nodes).map((node) => [node.id, node])),
+    pricing: page.pricing,
+  },
+  [offscreen],
+);
+const heatmap = new Heatmap(canvas, document.getElementById("heatmap-tip"), page.layout, {
+  place: (placement) => worker.postMessage({ type: "place", placement }),
+  setMetric: (metric) => worker.postMessage({ type: "metric", metric }),
+  inspect: (node) => ask({ type: "inspect", node }),
+});
+heatmap.resize();
+window.addEventListener("themechange", () => worker.postMessage({ type: "theme", theme: heatmapTheme() }));
 const metricSelect = document.getElementById("heat-metric");
-const nodesById = Object.fromEntries(page.layout.flatMap((group) => group.nodes).map((node) => [node.id, node]));
 
 // Legend ----------------------------------------------------------------------------------------
 function renderLegend() {
@@ -33,15 +64,9 @@ metricSelect.addEventListener("change", () => { heatmap.setMetric(metricSelect.v
 renderLegend();
 
 // Counts ----------------------------------------------------------------------------------------
-function renderCounts(fleet) {
-  const lifecycle = {};
-  const liveness = {};
-  for (const entry of Object.values(fleet)) {
-    lifecycle[entry.lifecycle] = (lifecycle[entry.lifecycle] ?? 0) + 1;
-    liveness[entry.liveness] = (liveness[entry.liveness] ?? 0) + 1;
-  }
-  for (const stat of document.querySelectorAll("[data-lifecycle]")) setText(stat.querySelector(".value"), lifecycle[stat.dataset.lifecycle] ?? 0);
-  for (const stat of document.querySelectorAll("[data-liveness]")) setText(stat.querySelector(".value"), liveness[stat.dataset.liveness] ?? 0);
+function renderCounts(counts) {
+  for (const stat of document.querySelectorAll("[data-lifecycle]")) setText(stat.querySelector(".value"), counts.lifecycle[stat.dataset.lifecycle] ?? 0);
+  for (const stat of document.querySelectorAll("[data-liveness]")) setText(stat.querySelector(".value"), counts.liveness[stat.dataset.liveness] ?? 0);
 }
 
 function setText(element, text) {
@@ -54,8 +79,8 @@ const money = page.pricing.currency
   ? new Intl.NumberFormat(undefined, { style: "currency", currency: page.pricing.currency, maximumFractionDigits: 0 })
   : null;
 
-function renderCosts(fleet) {
-  if (!money) {
+function renderCosts(costs) {
+  if (!costs) {
     for (const id of ["cost-capacity", "cost-energy", "cost-idle"]) {
       const element = document.getElementById(id);
       element.classList.add("unpriced");
@@ -63,40 +88,14 @@ function renderCosts(fleet) {
     }
     return;
   }
-  let capacity = 0;
-  let energy = 0;
-  let idle = 0;
-  for (const [id, entry] of Object.entries(fleet)) {
-    const node = nodesById[id];
-    if (!node) continue;
-    const gpuHour = page.pricing.gpu_hour[node.type] ?? 0;
-    // Every node until it is retired costs its GPU-hours (apps/costs/rates.py explains why).
-    if (entry.lifecycle !== "retired") capacity += gpuHour * node.gpus;
-    if (entry.power_w_total && entry.liveness === "online") energy += (entry.power_w_total / 1000) * (page.pricing.kw_hour[node.cluster] ?? 0);
-    if (entry.liveness === "online" && entry.heat) {
-      for (const cell of entry.heat) if (cell && cell[0] !== null && cell[0] < IDLE_BELOW_UTIL) idle += gpuHour;
-    }
-  }
-  setText(document.getElementById("cost-capacity"), money.format(capacity));
-  setText(document.getElementById("cost-energy"), money.format(energy));
-  setText(document.getElementById("cost-idle"), money.format(idle));
+  setText(document.getElementById("cost-capacity"), money.format(costs.capacity));
+  setText(document.getElementById("cost-energy"), money.format(costs.energy));
+  setText(document.getElementById("cost-idle"), money.format(costs.idle));
 }
 
 // Last hour of fleet utilization and power ----------------------------------------------------------
 const series = [[], [], []]; // ts, mean utilization %, total power kW
 let chart = null;
-
-function fleetTotals(fleet) {
-  let utilSum = 0;
-  let gpus = 0;
-  let power = 0;
-  for (const entry of Object.values(fleet)) {
-    if (entry.liveness !== "online" || entry.util_gpu_mean === undefined) continue;
-    if (entry.util_gpu_mean !== null) { utilSum += entry.util_gpu_mean * entry.gpus; gpus += entry.gpus; }
-    power += entry.power_w_total ?? 0;
-  }
-  return { util: gpus ? utilSum / gpus : null, power: power / 1000 };
-}
 
 async function makeChart(container) {
   // Loaded after the heatmap is drawn: the chart library is not needed for the first useful render.
@@ -135,9 +134,8 @@ async function loadHistory() {
 
 let chartDrawnAt = 0;
 
-function addLivePoint(fleet) {
+function addLivePoint({ util, power }) {
   const now = Math.floor(Date.now() / 1000);
-  const { util, power } = fleetTotals(fleet);
   if (series[0].at(-1) === now) return;
   series[0].push(now); series[1].push(util); series[2].push(power);
   while (series[0].length && series[0][0] < now - HOUR_S) for (const s of series) s.shift();
@@ -166,33 +164,51 @@ function refreshFeedSoon() {
 }
 
 // Live --------------------------------------------------------------------------------------------
-function alarmsChanged(delta) {
-  return Object.values(delta.fleet ?? {}).some((patch) => "alarms" in patch || "severity" in patch);
+// What the benchmarks and browser tests read (benchmarks/dashboard.py): the stream's bytes, and the
+// time each update took on this thread (applying the worker's sums) and in the worker.
+const live = { bytesReceived: 0, updateMs: [], workerMs: [] };
+
+function keep(list, value) {
+  list.push(value);
+  if (list.length > TIMINGS_KEPT) list.shift();
 }
 
-function render(fleet) {
-  heatmap.setData(fleet);
-  heatmap.draw();
-  renderCounts(fleet);
-  renderCosts(fleet);
-  addLivePoint(fleet);
+function applyUpdate(update) {
+  const started = performance.now();
+  renderCounts(update.counts);
+  renderCosts(update.costs);
+  addLivePoint(update.totals);
+  if (update.alarmsChanged) refreshFeedSoon();
+  live.bytesReceived = update.bytes;
+  if (update.workerMs !== null) {
+    keep(live.workerMs, update.workerMs);
+    keep(live.updateMs, performance.now() - started);
+  }
 }
 
-// First render from the snapshot the page came with; the socket's snapshot and deltas follow.
-heatmap.resize();
-render(page.snapshot);
-window.cpFleetRendered = performance.now();
-performance.mark("fleet-first-render");
-
-const live = new LiveSocket([{ subscribe: "fleet" }], (kind, message) => {
-  if (!live.fleet) return;
-  render(live.fleet);
-  if (kind === "snapshot" || alarmsChanged(message)) refreshFeedSoon();
+worker.addEventListener("message", ({ data }) => {
+  if (data.type === "update") applyUpdate(data);
+  else if (data.type === "drawn") {
+    window.cpFleetRendered = performance.now();
+    performance.mark("fleet-first-render");
+  } else if (data.type === "status") showLiveStatus(data.state, data.text);
+  else if (data.type === "signed-out") signInAgain();
+  else if (data.type === "reply") {
+    pending.get(data.request)(data.value);
+    pending.delete(data.request);
+  }
 });
+worker.addEventListener("error", (event) => console.error("Fleet worker:", event.message));
 
 makeChart(document.getElementById("fleet-chart"))
   .then((made) => { chart = made; return loadHistory(); })
   .catch((error) => console.warn("Fleet history:", error.message));
 
-// For the browser tests and benchmarks/dashboard.py, which read the page's state.
-window.cpFleet = { heatmap, live };
+// For the browser tests and benchmarks/dashboard.py. The fleet's data lives in the worker: entry()
+// and pixel() ask it (a node's fleet entry; a device pixel of the heatmap as RGBA), as promises.
+window.cpFleet = {
+  heatmap,
+  live,
+  entry: (node) => ask({ type: "inspect", node: String(node) }),
+  pixel: (x, y) => ask({ type: "pixel", x, y }),
+};

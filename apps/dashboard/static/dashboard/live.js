@@ -2,9 +2,11 @@
 // shows, merges snapshots and deltas into `live.fleet` and `live.nodes`, reconnects by itself with
 // backoff and jitter, and keeps the status badge in the top bar honest: "live", "stale" when nothing
 // has arrived for STALE_AFTER_MS, "reconnecting", or "stopped" when the server refused the user.
+// It touches the page only through `onStatus` and `onSignedOut`, so the fleet page runs it in a
+// worker (fleet-worker.js) and passes both on to the page.
 
 const STALE_AFTER_MS = 5000;
-const TIMINGS_KEPT = 600; // main-thread ms of the last updates, for benchmarks/dashboard.py (bounded: wall screens run for weeks)
+export const TIMINGS_KEPT = 600; // main-thread ms of the last updates, for benchmarks/dashboard.py (bounded: wall screens run for weeks)
 const BACKOFF_MS = [500, 1000, 2000, 5000, 10000, 20000];
 const SIGNED_OUT = 4401;
 const FORBIDDEN = 4403;
@@ -20,20 +22,40 @@ export function merge(into, patch) {
   }
 }
 
+/** The top bar's badge: "live", "stale", "reconnecting", "stopped"... (LiveSocket's default onStatus). */
+export function showLiveStatus(state, text) {
+  const badge = document.getElementById("live-status");
+  if (!badge) return;
+  badge.hidden = false;
+  if (badge.dataset.state !== state || badge.textContent !== text) {
+    badge.dataset.state = state;
+    badge.textContent = text;
+    document.body.dataset.live = state;
+  }
+}
+
+/** To the sign-in page, and back here after it (LiveSocket's default onSignedOut). */
+export function signInAgain() {
+  location.assign(`/login/?next=${encodeURIComponent(location.pathname + location.search)}`);
+}
+
 export class LiveSocket {
   /** streams: e.g. [{subscribe: "fleet"}, {subscribe: "node", node: 7}, {subscribe: "failures"}].
    *  onUpdate(kind, payload) is called after each snapshot ("snapshot") or delta ("delta") is merged.
    *  quiet: the streams are silent while nothing happens (the failures feed alone), so silence is not
-   *  "stale"; the badge then follows the socket only. */
-  constructor(streams, onUpdate, { quiet = false } = {}) {
+   *  "stale"; the badge then follows the socket only.
+   *  onStatus(state, text) shows the socket's state; onSignedOut() is called when the session is gone. */
+  constructor(streams, onUpdate, { quiet = false, onStatus = showLiveStatus, onSignedOut = signInAgain } = {}) {
     this.streams = streams;
     this.onUpdate = onUpdate;
     this.quiet = quiet;
+    this.onStatus = onStatus;
+    this.onSignedOut = onSignedOut;
+    this.state = null;
     this.fleet = null;
     this.nodes = {};
     this.lastMessageAt = 0;
     this.attempt = 0;
-    this.status = document.getElementById("live-status");
     this.bytesReceived = 0;
     this.updateMs = []; // main-thread time of each message: parse, merge, and the page's own drawing
     this.stopped = false;
@@ -51,6 +73,7 @@ export class LiveSocket {
     });
     this.socket.addEventListener("message", (event) => {
       const started = performance.now();
+      this.messageStartedAt = started; // onUpdate may time itself from here
       this.bytesReceived += event.data.length; // characters: the bytes, but for a rare non-ASCII one in a failure text
       this.receive(JSON.parse(event.data));
       this.updateMs.push(performance.now() - started);
@@ -81,7 +104,7 @@ export class LiveSocket {
 
   closed(code) {
     if (code === SIGNED_OUT) {
-      location.assign(`/login/?next=${encodeURIComponent(location.pathname + location.search)}`);
+      this.onSignedOut();
       return;
     }
     if (code === FORBIDDEN) {
@@ -103,12 +126,9 @@ export class LiveSocket {
   }
 
   setStatus(state, text) {
-    if (!this.status) return;
-    this.status.hidden = false;
-    if (this.status.dataset.state !== state || this.status.textContent !== text) {
-      this.status.dataset.state = state;
-      this.status.textContent = text;
-      document.body.dataset.live = state;
-    }
+    if (this.state === state && this.text === text) return; // "live" is set on every message
+    this.state = state;
+    this.text = text;
+    this.onStatus(state, text);
   }
 }
