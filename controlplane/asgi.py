@@ -18,9 +18,13 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set up first)
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
-from django.urls import re_path  # noqa: E402
+from django.urls import get_resolver, re_path  # noqa: E402
 
 from controlplane.routing import agent_websocket_urlpatterns, websocket_urlpatterns  # noqa: E402
+
+# The URLconf (the REST API, its schema, the admin) is imported at the first HTTP request otherwise:
+# half a second that the first page after a restart would wait, behind 1,000 agents reconnecting.
+get_resolver().url_patterns  # noqa: B018  (loading it is the point)
 
 browser_websockets = AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
 

@@ -5,7 +5,9 @@ where); readable by operators through the API and by admins in the (read-only) a
 from datetime import timedelta
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.db import connection
+from django.test import AsyncClient
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -128,6 +130,22 @@ def test_it_records_the_user_behind_a_browser_session(user_with_role):
 
     entry = AuditLogEntry.objects.get()
     assert (entry.actor, entry.token, entry.status_code) == ("operator-user", None, 403)
+
+
+def test_it_records_requests_served_through_asgi_with_the_async_middleware_chain(transactional_db, user_with_role):
+    """The ASGI server (the product's) runs the middleware chain async: the same one row per write. (The
+    handler answers from another thread, which sees only committed rows: hence transactional_db.)"""
+    _, secret = ApiToken.issue(user=user_with_role(Role.ADMIN), name="asgi", role=Role.ADMIN)
+    client, bearer = AsyncClient(), {"Authorization": f"Bearer {secret}"}
+
+    created = async_to_sync(client.post)(
+        "/api/v1/clusters", {"name": "asgi-east"}, content_type="application/json", headers=bearer
+    )
+    async_to_sync(client.get)("/api/v1/clusters", headers=bearer)
+
+    entry = AuditLogEntry.objects.get()
+    assert created.status_code == 201, created.content
+    assert (entry.actor, entry.action, entry.status_code) == ("admin-user", "cluster.create", 201)
 
 
 @pytest.mark.parametrize("method", ["get", "head", "options"])
