@@ -132,8 +132,8 @@ def test_it_records_the_user_behind_a_browser_session(user_with_role):
     assert (entry.actor, entry.token, entry.status_code) == ("operator-user", None, 403)
 
 
-def test_it_records_requests_served_through_asgi_with_the_async_middleware_chain(transactional_db, user_with_role):
-    """The ASGI server (the product's) runs the middleware chain async: the same one row per write. (The
+def test_it_records_requests_served_through_asgi(transactional_db, user_with_role):
+    """Through Django's ASGI handler, as the product serves requests: the same one row per write. (The
     handler answers from another thread, which sees only committed rows: hence transactional_db.)"""
     _, secret = ApiToken.issue(user=user_with_role(Role.ADMIN), name="asgi", role=Role.ADMIN)
     client, bearer = AsyncClient(), {"Authorization": f"Bearer {secret}"}

@@ -4,24 +4,33 @@
 // delta is ~200 KB of JSON touching ~8,000 cells; parsing, merging and drawing it here leaves the
 // page's main thread free for the user (a wall screen must still scroll and hover while it updates).
 //
-// Messages from the page: init {canvas, snapshot (the page's JSON text), tops, theme, nodes, pricing},
-// place {placement}, metric {metric}, theme {theme}, inspect {request, node}, pixel {request, x, y}.
-// To the page: drawn (the first render is on the canvas), update {kind, counts, costs, totals,
-// alarmsChanged, bytes, workerMs}, status {state, text}, signed-out, reply {request, value}.
+// The page starts this worker from the top of its HTML (fleet-boot.js), and the socket opens as
+// soon as the worker runs: the snapshot is on its way while the page is still being parsed, and is
+// drawn as soon as the page has handed over the canvas and placed the heatmap.
+//
+// Messages from the page: init {canvas, tops, theme, nodes, pricing}, place {placement}, metric
+// {metric}, theme {theme}, inspect {request, node}, pixel {request, x, y}. To the page (only after
+// init, when it listens): drawn (the first render is on the canvas), update {kind, counts, costs,
+// totals, alarmsChanged, bytes, workerMs}, status {state, text}, signed-out, reply {request, value}.
 
 import { HeatPainter } from "./heatmap.js";
 import { LiveSocket } from "./live.js";
 import { alarmsChanged, fleetTotals, hourlyCosts, stateCounts } from "./fleet-summary.js";
 
-let painter = null;
-let fleet = {};
+let painter = null; // from init
 let nodesById = {};
 let pricing = null;
-let live = null;
 let drawn = false;
+const outbox = []; // what the socket said before the page listened (a worker's early messages are lost)
 
-function render(kind, message = {}) {
-  painter.setData(fleet);
+function tell(message) {
+  if (painter) postMessage(message);
+  else outbox.push(message);
+}
+
+function render(kind, message) {
+  if (!painter || !live.fleet) return;
+  painter.setData(live.fleet);
   painter.draw();
   if (!drawn && painter.placed) {
     drawn = true;
@@ -30,42 +39,36 @@ function render(kind, message = {}) {
   postMessage({
     type: "update",
     kind,
-    counts: stateCounts(fleet),
-    costs: pricing.currency ? hourlyCosts(fleet, nodesById, pricing) : null,
-    totals: fleetTotals(fleet),
+    counts: stateCounts(live.fleet),
+    costs: pricing.currency ? hourlyCosts(live.fleet, nodesById, pricing) : null,
+    totals: fleetTotals(live.fleet),
     alarmsChanged: kind === "snapshot" || alarmsChanged(message),
-    bytes: live?.bytesReceived ?? 0,
-    // This message's parse and merge, the drawing and the sums above, in the worker.
-    workerMs: kind === "first" ? null : performance.now() - live.messageStartedAt,
+    bytes: live.bytesReceived,
+    // This message's parse and merge, the drawing and the sums above, in the worker (null: a render
+    // of data already in, once the page placed the heatmap).
+    workerMs: message ? performance.now() - live.messageStartedAt : null,
   });
 }
 
+const live = new LiveSocket([{ subscribe: "fleet" }], render, {
+  onStatus: (state, text) => tell({ type: "status", state, text }),
+  onSignedOut: () => tell({ type: "signed-out" }),
+});
+
 const handlers = {
-  init({ canvas, snapshot, tops, theme, nodes, pricing: prices }) {
+  init({ canvas, tops, theme, nodes, pricing: prices }) {
     painter = new HeatPainter(canvas, tops, theme);
     nodesById = nodes;
     pricing = prices;
-    fleet = JSON.parse(snapshot);
-    live = new LiveSocket(
-      [{ subscribe: "fleet" }],
-      (kind, message) => {
-        if (!live.fleet) return;
-        fleet = live.fleet;
-        render(kind, message);
-      },
-      {
-        onStatus: (state, text) => postMessage({ type: "status", state, text }),
-        onSignedOut: () => postMessage({ type: "signed-out" }),
-      },
-    );
+    for (const message of outbox.splice(0)) postMessage(message);
   },
   place({ placement }) {
     painter.place(placement);
-    if (!drawn) render("first");
+    if (!drawn) render("snapshot", null);
   },
   metric({ metric }) { painter.setMetric(metric); },
   theme({ theme }) { painter.setTheme(theme); },
-  inspect({ request, node }) { postMessage({ type: "reply", request, value: fleet[node] ?? null }); },
+  inspect({ request, node }) { postMessage({ type: "reply", request, value: live.fleet?.[node] ?? null }); },
   pixel({ request, x, y }) { postMessage({ type: "reply", request, value: painter.pixel(x, y) }); },
 };
 

@@ -2,6 +2,7 @@
 // utilization and power, and the open failures, all kept live from the fleet stream.
 
 import { api, escapeHtml } from "./api.js";
+import { startFleetWorker } from "./fleet-boot.js";
 import { Heatmap, METRICS, heatmapTheme } from "./heatmap.js";
 import { TIMINGS_KEPT, showLiveStatus, signInAgain } from "./live.js";
 import { cssVar, drawLegend } from "./scale.js";
@@ -12,8 +13,9 @@ const FEED_LENGTH = 15;
 const CHART_REDRAW_S = 5;
 
 // The worker (fleet-worker.js) owns the socket, the fleet's data and the heatmap's canvas; this
-// thread places the heatmap, answers the mouse and writes what the worker sums up.
-const worker = new Worker(new URL("./fleet-worker.js", import.meta.url), { type: "module" });
+// thread places the heatmap, answers the mouse and writes what the worker sums up. fleet-boot.js
+// started it from the top of the page, before this module and its imports had loaded.
+const worker = startFleetWorker();
 const pending = new Map(); // request id -> resolve, for the worker's replies
 let lastRequest = 0;
 function ask(message) {
@@ -28,9 +30,6 @@ worker.postMessage(
   {
     type: "init",
     canvas: offscreen,
-    // The fleet stream's snapshot came in the page, as text: the worker parses it and draws at once,
-    // instead of a WebSocket round trip later (the socket's own snapshot follows).
-    snapshot: document.getElementById("fleet-snapshot").textContent,
     tops: page.tops,
     theme: heatmapTheme(),
     nodes: Object.fromEntries(page.layout.flatMap((group) => group.nodes).map((node) => [node.id, node])),
@@ -180,10 +179,9 @@ function applyUpdate(update) {
   addLivePoint(update.totals);
   if (update.alarmsChanged) refreshFeedSoon();
   live.bytesReceived = update.bytes;
-  if (update.workerMs !== null) {
-    keep(live.workerMs, update.workerMs);
-    keep(live.updateMs, performance.now() - started);
-  }
+  if (update.workerMs === null) return; // a first drawing of data already in, not a message
+  keep(live.workerMs, update.workerMs);
+  keep(live.updateMs, performance.now() - started);
 }
 
 worker.addEventListener("message", ({ data }) => {
