@@ -1,38 +1,32 @@
-// The fleet page's worker: it holds the page's ws/live socket, merges the fleet stream into its
-// copy of the fleet, draws the heatmap on the canvas the page handed over (an OffscreenCanvas) and
+// The fleet page's worker: it parses and merges the fleet stream (the page's socket hands it each
+// message's text), draws the heatmap on the canvas the page handed over (an OffscreenCanvas) and
 // sends the page only what it shows as text: counts, costs and the chart's totals. At 1,000 nodes a
 // delta is ~200 KB of JSON touching ~8,000 cells; parsing, merging and drawing it here leaves the
 // page's main thread free for the user (a wall screen must still scroll and hover while it updates).
 //
-// The page starts this worker from the top of its HTML (fleet-boot.js), and the socket opens as
-// soon as the worker runs: the snapshot is on its way while the page is still being parsed, and is
-// drawn as soon as the page has handed over the canvas and placed the heatmap.
-//
-// Messages from the page: init {canvas, tops, theme, nodes, pricing}, place {placement}, metric
-// {metric}, theme {theme}, inspect {request, node}, pixel {request, x, y}. To the page (only after
-// init, when it listens): drawn (the first render is on the canvas), update {kind, counts, costs,
-// totals, alarmsChanged, bytes, workerMs}, status {state, text}, signed-out, reply {request, value}.
+// Messages from the page: text {text} (one ws/live message, from fleet-boot.js; they can come before
+// init, and are merged then and drawn once the page has placed the heatmap), init {canvas, tops,
+// theme, nodes, pricing}, place {placement}, metric {metric}, theme {theme}, inspect {request, node},
+// pixel {request, x, y}. To the page, from init on (when it listens): drawn (the first render is on
+// the canvas), update {kind, counts, costs, totals, alarmsChanged, workerMs}, reply {request, value}.
 
 import { HeatPainter } from "./heatmap.js";
-import { LiveSocket } from "./live.js";
+import { LiveState } from "./live.js";
 import { alarmsChanged, fleetTotals, hourlyCosts, stateCounts } from "./fleet-summary.js";
 
+const live = new LiveState();
 let painter = null; // from init
 let nodesById = {};
 let pricing = null;
 let drawn = false;
-const outbox = []; // what the socket said before the page listened (a worker's early messages are lost)
 
-function tell(message) {
-  if (painter) postMessage(message);
-  else outbox.push(message);
-}
-
-function render(kind, message) {
-  if (!painter || !live.fleet) return;
+/** Draw the fleet and send the page its sums. `started`: when the message that changed the fleet
+ *  came in (null: a first drawing of what was already in, once the page placed the heatmap). */
+function render(kind, message, started) {
+  if (!painter?.placed || !live.fleet) return;
   painter.setData(live.fleet);
   painter.draw();
-  if (!drawn && painter.placed) {
+  if (!drawn) {
     drawn = true;
     postMessage({ type: "drawn" });
   }
@@ -43,28 +37,25 @@ function render(kind, message) {
     costs: pricing.currency ? hourlyCosts(live.fleet, nodesById, pricing) : null,
     totals: fleetTotals(live.fleet),
     alarmsChanged: kind === "snapshot" || alarmsChanged(message),
-    bytes: live.bytesReceived,
-    // This message's parse and merge, the drawing and the sums above, in the worker (null: a render
-    // of data already in, once the page placed the heatmap).
-    workerMs: message ? performance.now() - live.messageStartedAt : null,
+    workerMs: started === null ? null : performance.now() - started, // parse, merge, drawing and sums
   });
 }
 
-const live = new LiveSocket([{ subscribe: "fleet" }], render, {
-  onStatus: (state, text) => tell({ type: "status", state, text }),
-  onSignedOut: () => tell({ type: "signed-out" }),
-});
-
 const handlers = {
+  text({ text }) {
+    const started = performance.now();
+    const message = JSON.parse(text);
+    const kind = live.apply(message);
+    if (kind !== null) render(kind, message, started);
+  },
   init({ canvas, tops, theme, nodes, pricing: prices }) {
     painter = new HeatPainter(canvas, tops, theme);
     nodesById = nodes;
     pricing = prices;
-    for (const message of outbox.splice(0)) postMessage(message);
   },
   place({ placement }) {
     painter.place(placement);
-    if (!drawn) render("snapshot", null);
+    if (!drawn) render("snapshot", null, null);
   },
   metric({ metric }) { painter.setMetric(metric); },
   theme({ theme }) { painter.setTheme(theme); },

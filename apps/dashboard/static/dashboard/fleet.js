@@ -2,9 +2,9 @@
 // utilization and power, and the open failures, all kept live from the fleet stream.
 
 import { api, escapeHtml } from "./api.js";
-import { startFleetWorker } from "./fleet-boot.js";
+import { startFleet } from "./fleet-boot.js";
 import { Heatmap, METRICS, heatmapTheme } from "./heatmap.js";
-import { TIMINGS_KEPT, showLiveStatus, signInAgain } from "./live.js";
+import { TIMINGS_KEPT } from "./live.js";
 import { cssVar, drawLegend } from "./scale.js";
 
 const page = JSON.parse(document.getElementById("fleet-page").textContent);
@@ -12,10 +12,11 @@ const HOUR_S = 3600;
 const FEED_LENGTH = 15;
 const CHART_REDRAW_S = 5;
 
-// The worker (fleet-worker.js) owns the socket, the fleet's data and the heatmap's canvas; this
-// thread places the heatmap, answers the mouse and writes what the worker sums up. fleet-boot.js
-// started it from the top of the page, before this module and its imports had loaded.
-const worker = startFleetWorker();
+// fleet-boot.js opened the socket and started the worker from the top of the page, before this
+// module and its imports had loaded. The worker (fleet-worker.js) owns the fleet's data and the
+// heatmap's canvas; this thread places the heatmap, answers the mouse and writes what the worker
+// sums up.
+const { worker, socket } = startFleet();
 const pending = new Map(); // request id -> resolve, for the worker's replies
 let lastRequest = 0;
 function ask(message) {
@@ -163,9 +164,13 @@ function refreshFeedSoon() {
 }
 
 // Live --------------------------------------------------------------------------------------------
-// What the benchmarks and browser tests read (benchmarks/dashboard.py): the stream's bytes, and the
-// time each update took on this thread (applying the worker's sums) and in the worker.
-const live = { bytesReceived: 0, updateMs: [], workerMs: [] };
+// What the benchmarks read (benchmarks/dashboard.py): the stream's bytes, and each update's time on
+// this thread (handing the message to the worker, then applying the worker's sums) and in the worker.
+const live = {
+  get bytesReceived() { return socket.bytesReceived; },
+  updateMs: [],
+  workerMs: [],
+};
 
 function keep(list, value) {
   list.push(value);
@@ -178,10 +183,9 @@ function applyUpdate(update) {
   renderCosts(update.costs);
   addLivePoint(update.totals);
   if (update.alarmsChanged) refreshFeedSoon();
-  live.bytesReceived = update.bytes;
   if (update.workerMs === null) return; // a first drawing of data already in, not a message
   keep(live.workerMs, update.workerMs);
-  keep(live.updateMs, performance.now() - started);
+  keep(live.updateMs, socket.updateMs.at(-1) + performance.now() - started);
 }
 
 worker.addEventListener("message", ({ data }) => {
@@ -189,9 +193,7 @@ worker.addEventListener("message", ({ data }) => {
   else if (data.type === "drawn") {
     window.cpFleetRendered = performance.now();
     performance.mark("fleet-first-render");
-  } else if (data.type === "status") showLiveStatus(data.state, data.text);
-  else if (data.type === "signed-out") signInAgain();
-  else if (data.type === "reply") {
+  } else if (data.type === "reply") {
     pending.get(data.request)(data.value);
     pending.delete(data.request);
   }

@@ -2,11 +2,13 @@
 // shows, merges snapshots and deltas into `live.fleet` and `live.nodes`, reconnects by itself with
 // backoff and jitter, and keeps the status badge in the top bar honest: "live", "stale" when nothing
 // has arrived for STALE_AFTER_MS, "reconnecting", or "stopped" when the server refused the user.
-// It touches the page only through `onStatus` and `onSignedOut`, so the fleet page runs it in a
-// worker (fleet-worker.js) and passes both on to the page.
+//
+// Two parts: `LiveState` holds and merges the streams' data; `LiveSocket` is the connection and
+// the badge, and hands each message to a LiveState of its own, or, given `onText`, passes the text
+// on unparsed (the fleet page parses and merges in its worker: fleet-boot.js).
 
 const STALE_AFTER_MS = 5000;
-export const TIMINGS_KEPT = 600; // main-thread ms of the last updates, for benchmarks/dashboard.py (bounded: wall screens run for weeks)
+export const TIMINGS_KEPT = 600; // main-thread ms of the last updates, for the benchmarks (bounded: wall screens run for weeks)
 const BACKOFF_MS = [500, 1000, 2000, 5000, 10000, 20000];
 const SIGNED_OUT = 4401;
 const FORBIDDEN = 4403;
@@ -39,21 +41,47 @@ export function signInAgain() {
   location.assign(`/login/?next=${encodeURIComponent(location.pathname + location.search)}`);
 }
 
+/** The streams' data: `fleet` (entries by node id, once its snapshot is in) and `nodes` (state by id). */
+export class LiveState {
+  constructor() {
+    this.fleet = null;
+    this.nodes = {};
+  }
+
+  /** Merge one message of the server; its type ("snapshot" or "delta") if it carried data, else null. */
+  apply(message) {
+    if (message.type === "snapshot") {
+      if (message.stream === "fleet") this.fleet = message.nodes;
+      else if (message.stream === "node") this.nodes[message.node] = message.state;
+    } else if (message.type === "delta") {
+      if (message.fleet && this.fleet) merge(this.fleet, message.fleet);
+      for (const [id, patch] of Object.entries(message.nodes ?? {})) {
+        if (this.nodes[id]) merge(this.nodes[id], patch);
+      }
+    } else {
+      if (message.type === "error") console.warn("ws/live refused a message:", message.reason, message.message);
+      return null;
+    }
+    return message.type;
+  }
+}
+
 export class LiveSocket {
   /** streams: e.g. [{subscribe: "fleet"}, {subscribe: "node", node: 7}, {subscribe: "failures"}].
    *  onUpdate(kind, payload) is called after each snapshot ("snapshot") or delta ("delta") is merged.
    *  quiet: the streams are silent while nothing happens (the failures feed alone), so silence is not
    *  "stale"; the badge then follows the socket only.
-   *  onStatus(state, text) shows the socket's state; onSignedOut() is called when the session is gone. */
-  constructor(streams, onUpdate, { quiet = false, onStatus = showLiveStatus, onSignedOut = signInAgain } = {}) {
+   *  onStatus(state, text) shows the socket's state; onSignedOut() is called when the session is gone.
+   *  onText(text): each message as it came, instead of parsing and merging it here (onUpdate unused). */
+  constructor(streams, onUpdate, { quiet = false, onStatus = showLiveStatus, onSignedOut = signInAgain, onText = null } = {}) {
     this.streams = streams;
     this.onUpdate = onUpdate;
     this.quiet = quiet;
     this.onStatus = onStatus;
     this.onSignedOut = onSignedOut;
+    this.onText = onText;
+    this.data = new LiveState();
     this.state = null;
-    this.fleet = null;
-    this.nodes = {};
     this.lastMessageAt = 0;
     this.attempt = 0;
     this.bytesReceived = 0;
@@ -62,6 +90,9 @@ export class LiveSocket {
     this.connect();
     setInterval(() => this.checkStale(), 1000);
   }
+
+  get fleet() { return this.data.fleet; }
+  get nodes() { return this.data.nodes; }
 
   connect() {
     const scheme = location.protocol === "https:" ? "wss" : "ws";
@@ -73,33 +104,26 @@ export class LiveSocket {
     });
     this.socket.addEventListener("message", (event) => {
       const started = performance.now();
-      this.messageStartedAt = started; // onUpdate may time itself from here
       this.bytesReceived += event.data.length; // characters: the bytes, but for a rare non-ASCII one in a failure text
-      this.receive(JSON.parse(event.data));
+      this.receive(event.data);
       this.updateMs.push(performance.now() - started);
       if (this.updateMs.length > TIMINGS_KEPT) this.updateMs.shift();
     });
     this.socket.addEventListener("close", (event) => this.closed(event.code));
   }
 
-  receive(message) {
+  receive(text) {
     this.lastMessageAt = performance.now();
-    if (message.type === "snapshot") {
-      if (message.stream === "fleet") this.fleet = message.nodes;
-      else if (message.stream === "node") this.nodes[message.node] = message.state;
-    } else if (message.type === "delta") {
-      if (message.fleet && this.fleet) merge(this.fleet, message.fleet);
-      for (const [id, patch] of Object.entries(message.nodes ?? {})) {
-        if (this.nodes[id]) merge(this.nodes[id], patch);
-      }
-    } else if (message.type === "error") {
-      console.warn("ws/live refused a message:", message.reason, message.message);
-      return;
-    } else {
+    if (this.onText) {
+      this.onText(text);
+      this.setStatus("live", "live");
       return;
     }
+    const message = JSON.parse(text);
+    const kind = this.data.apply(message);
+    if (kind === null) return;
     this.setStatus("live", "live");
-    this.onUpdate(message.type, message);
+    this.onUpdate(kind, message);
   }
 
   closed(code) {
