@@ -220,6 +220,7 @@ class FleetCredentials(msgspec.Struct):
 def cmd_simulate(args: argparse.Namespace) -> int:
     if not args.enroll_token and not args.credentials_file:
         raise CommandFailed("give --enroll-token to enroll the nodes, or --credentials-file with theirs", EXIT_USAGE)
+    from agents.gc_tuning import freeze_startup_objects
     from agents.simulator.fleet import run_fleet, simulated_collector_factory
 
     try:
@@ -230,8 +231,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     nodes = [(node.hostname, node.credential) for node in credentials.nodes[: args.nodes]]
 
     async def fleet(stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
         if args.duration:
-            asyncio.get_running_loop().call_later(args.duration, stop.set)
+            loop.call_later(args.duration, stop.set)
+        # Runs at run_fleet's first await, when every node's agent and state exist: they live as long
+        # as the process, and N nodes' worth of them made each full collection a pause for all.
+        loop.call_soon(freeze_startup_objects)
         await run_fleet(
             credentials.server_ws_url,
             nodes,

@@ -8,7 +8,6 @@ protects. The agent consumer authenticates the node credential in the Authorizat
 itself, which a browser cannot set on a WebSocket.
 """
 
-import gc
 import os
 
 from django.core.asgi import get_asgi_application
@@ -21,6 +20,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.urls import get_resolver, re_path  # noqa: E402
 
+from agents.gc_tuning import freeze_startup_objects  # noqa: E402
 from controlplane.routing import agent_websocket_urlpatterns, websocket_urlpatterns  # noqa: E402
 
 # The URLconf (the REST API, its schema, the admin) is imported at the first HTTP request otherwise:
@@ -36,13 +36,4 @@ application = ProtocolTypeRouter(
     }
 )
 
-# Garbage collection for a process that ingests thousands of samples a second. CPython's defaults
-# ran a full collection every few seconds at 1,000 nodes, each walking the ~220,000 objects of
-# Django and its libraries (for nothing: they live as long as the process) and stopping the process
-# for 100-500 ms: pages, snapshots and live updates all waited. Frozen, those objects are left out
-# of every collection; and young objects are collected every 20,000 allocations instead of 700,
-# since each sample's objects die young. (Measured with benchmarks/dashboard.py: the fleet page's
-# first byte went from ~500 ms to ~150 ms under the 1,000-node load.)
-GC_YOUNG_THRESHOLD = 20_000
-gc.set_threshold(GC_YOUNG_THRESHOLD, 10, 10)
-gc.freeze()
+freeze_startup_objects()  # agents/gc_tuning.py says why

@@ -48,10 +48,6 @@ def node_update(node_id: int, sample: NodeSample) -> dict[str, Any]:
     return {"type": "telemetry.node", "node": node_id, "ts": sample.ts, "gpus": gpus}
 
 
-def _whole(value: float | None, scale: float = 1.0) -> int | None:
-    return None if value is None else round(value / scale)
-
-
 HEAT_FIELDS = ("util", "power", "temp", "mem")  # a heatmap cell's values, in this order
 
 
@@ -73,8 +69,15 @@ class GpuReading(Protocol):
 def heat_cell(gpu: GpuReading) -> list[int | None]:
     """One GPU's heatmap cell, ``HEAT_FIELDS`` in order: utilization %, power W, temperature °C and
     memory used GiB, in whole numbers, since a colour cannot show a tenth of a percent and every value
-    that does not move is one the delta leaves out."""
-    return [_whole(gpu.util_gpu), _whole(gpu.power_w), _whole(gpu.temp_c), _whole(gpu.mem_used_mib, 1024)]
+    that does not move is one the delta leaves out. (Written out: it runs for every GPU of every
+    sample published and of every fleet snapshot, 8,000 times at 1,000 nodes.)"""
+    util, power, temp, mem = gpu.util_gpu, gpu.power_w, gpu.temp_c, gpu.mem_used_mib
+    return [
+        None if util is None else round(util),
+        None if power is None else round(power),
+        None if temp is None else round(temp),
+        None if mem is None else round(mem / 1024),
+    ]
 
 
 def heat_cells(gpus: Sequence[GpuReading]) -> list[list[int | None] | None]:
