@@ -195,38 +195,53 @@ class LiveConsumer(AsyncWebsocketConsumer):
     # Client messages ---------------------------------------------------------------------------
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        if self._closing or not await self._still_allowed():
+        if self._closing:
             return
+        # Access is checked again on every message; nothing reaches the client, and no group is kept,
+        # until the check says yes (it closes the socket when it says no). It runs as a task so that
+        # a fleet subscription's work can go on beside it (_subscribe_fleet).
+        allowed = asyncio.ensure_future(self._still_allowed())
         try:
-            await self._handle(text_data)
+            await self._handle(text_data, allowed)
         except BadMessage as exc:
-            await self._reply_error(exc.reason, str(exc))
+            if await allowed:
+                await self._reply_error(exc.reason, str(exc))
         except Exception as exc:
             if client_gone(exc):  # the page closed while its snapshot was on the way
                 log.debug("Live stream client left mid-reply: %s", exc)
                 return
             log.exception("Live stream request failed")
-            await self._reply_error("unavailable", "The server could not do that just now; try again.")
+            if await allowed:
+                await self._reply_error("unavailable", "The server could not do that just now; try again.")
 
-    async def _handle(self, text: str | None) -> None:
+    async def _handle(self, text: str | None, allowed: asyncio.Future[bool]) -> None:
         if text is None:
             raise BadMessage("binary", "Send JSON in text frames.")
         size = len(text.encode())
         if size > MAX_MESSAGE_BYTES:
             raise BadMessage("oversize", f"Messages are at most {MAX_MESSAGE_BYTES} bytes; this one has {size}.")
         action, stream, node_id = parse(text)
-        if action == "unsubscribe":
+        if action == "subscribe" and stream == "fleet":
+            await self._subscribe_fleet(allowed)
+        elif not await allowed:
+            return
+        elif action == "unsubscribe":
             await self._unsubscribe(stream, node_id)
-        elif stream == "fleet":
-            await self._subscribe_fleet()
         elif stream == "failures":
             await self._subscribe_failures()
         else:
             await self._subscribe_node(node_id)
 
-    async def _subscribe_fleet(self) -> None:
+    async def _subscribe_fleet(self, allowed: asyncio.Future[bool]) -> None:
+        """Joins the group, reads the snapshot (~0.1 s at 1,000 nodes under load) and sends it once the
+        access check has said yes. The reading runs in a pool thread, beside the check: Channels runs
+        every consumer's other database calls in the process on one shared thread, where the snapshot
+        would wait behind them and then hold up the agents' own calls."""
         await self.channel_layer.group_add(FLEET_GROUP, self.channel_name)  # first: no update missed
-        entries = await database_sync_to_async(streams.fleet_snapshot)()
+        entries = await database_sync_to_async(streams.fleet_snapshot, thread_sensitive=False)()
+        if not await allowed:
+            await self.channel_layer.group_discard(FLEET_GROUP, self.channel_name)
+            return
         async with self._send_lock:
             self.view.reset_fleet(entries)
             await self._send_snapshot({"stream": "fleet", "nodes": entries})
