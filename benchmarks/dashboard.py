@@ -19,7 +19,7 @@ connect backlog (1,000 discoveries and replays) is stored, as benchmarks/telemet
 the page loads meet the server as it runs all day, not in its first minute.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python benchmarks/dashboard.py
-        [--nodes 1000] [--seconds 30] [--loads 5] [--workers 2]
+        [--nodes 1000] [--seconds 30] [--loads 9] [--workers 2]
 
 The scratch database and the Redis database (``REDIS_URL``, default 10, flushed first) are as in
 benchmarks/telemetry.py, whose fleet and server helpers this reuses. The last line printed is JSON.
@@ -113,7 +113,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=1000, help="simulated nodes, 8 GPUs each (default 1000)")
     parser.add_argument("--seconds", type=float, default=30, help="live updates measured (default 30)")
-    parser.add_argument("--loads", type=int, default=5, help="fresh page loads timed (default 5)")
+    parser.add_argument("--loads", type=int, default=9, help="fresh page loads timed (default 9)")
     parser.add_argument("--workers", type=int, default=2, help="uvicorn worker processes (default 2)")
     args = parser.parse_args()
     if args.nodes < 1 or args.seconds <= 0 or args.loads < 1 or args.workers < 1:
