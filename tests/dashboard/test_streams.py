@@ -1,6 +1,15 @@
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection
+
 from agents.protocol import GpuSample
+from apps.dashboard import streams
 from apps.dashboard.streams import alarm_summary
+from apps.inventory.models import Node
 from apps.telemetry.live import heat_cell, heat_cells
+from apps.telemetry.models import LatestGpuSample
+from tests import factories
 
 
 def test_alarm_summary_names_the_gpus_with_alarms_and_those_flagged_as_stragglers():
@@ -24,3 +33,40 @@ def test_a_nodes_cells_are_listed_by_gpu_index_with_a_gap_where_a_gpu_did_not_re
         return GpuSample(index=index, util_gpu=10.0, power_w=100.0, temp_c=40.0, mem_used_mib=2048)
 
     assert heat_cells([reading(2), reading(0)]) == [[10, 100, 40, 2], None, [10, 100, 40, 2]]
+
+
+def test_postgresql_sums_up_the_fleet_as_the_python_path_does(db):
+    """The fleet snapshot's telemetry, summed up by PostgreSQL, is the same as summed up in Python
+    from the same rows: halves round to even both ways, absent values stay absent, gaps stay gaps."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the snapshot sums up in the database on PostgreSQL only")
+    cluster, node_type = factories.cluster(), factories.node_type(nics=0)
+    at = datetime(2026, 11, 30, 12, 0, 0, 123_000, tzinfo=UTC)
+    rows = {
+        "halves": [(i, 50.5 + i, 349.5 + 2 * i, 60.5, 1536 + 1024 * i) for i in range(8)],
+        "gaps and absences": [(0, None, 300.0, None, None), (3, 12.25, None, 41.0, 81_920), (7, None, None, None, 0)],
+        "nothing reported": [(i, None, None, None, None) for i in range(4)],
+    }
+    for hostname, gpus in rows.items():
+        node = factories.node(cluster, node_type, hostname.replace(" ", "-"))
+        LatestGpuSample.objects.bulk_create(
+            LatestGpuSample(
+                node=node,
+                gpu_index=index,
+                ts=at - timedelta(seconds=index),
+                received_at=at,
+                util_gpu=util,
+                power_w=power,
+                temp_c=temp,
+                mem_used_mib=mem,
+            )
+            for index, util, power, temp, mem in gpus
+        )
+
+    in_python = streams._python_fleet_telemetry()
+
+    assert streams._postgresql_fleet_telemetry() == in_python
+    assert len(in_python) == 3
+    halves = in_python[Node.objects.get(hostname="halves").pk]
+    assert [cell[0] for cell in halves["heat"]] == [50, 52, 52, 54, 54, 56, 56, 58]  # 50.5 -> 50, 51.5 -> 52
+    assert halves["ts"] == round(at.timestamp(), 3)
