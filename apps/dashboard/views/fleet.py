@@ -5,6 +5,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from apps.costs.rates import live_pricing
+from apps.dashboard.streams import fleet_snapshot
 from apps.dashboard.views.base import DashboardPage
 from apps.failures.models import Failure
 from apps.inventory.choices import Lifecycle, Liveness
@@ -61,6 +62,10 @@ class FleetPage(DashboardPage):
             "liveness_counts": [(state, counts["liveness"].get(state.value, 0)) for state in Liveness],
             "recent_failures": recent,
             "pricing": pricing,
+            # The fleet stream's snapshot, in the page: the heatmap is drawn as soon as the page's worker
+            # has it, not after a WebSocket round trip (the socket's own snapshot follows and replaces
+            # it). Apart from the rest, since the page hands its text to the worker unparsed.
+            "fleet_snapshot": fleet_snapshot(),
             "fleet_page": {
                 "layout": heatmap_layout(),
                 "tops": scale_tops(),

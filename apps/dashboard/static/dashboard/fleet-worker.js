@@ -48,10 +48,12 @@ const handlers = {
     const kind = live.apply(message);
     if (kind !== null) render(kind, message, started);
   },
-  init({ canvas, tops, theme, nodes, pricing: prices }) {
+  init({ canvas, snapshot, tops, theme, nodes, pricing: prices }) {
     painter = new HeatPainter(canvas, tops, theme);
     nodesById = nodes;
     pricing = prices;
+    // The page's own snapshot, unless the socket's (newer) is already in.
+    if (!live.fleet) live.apply({ type: "snapshot", stream: "fleet", nodes: JSON.parse(snapshot) });
   },
   place({ placement }) {
     painter.place(placement);

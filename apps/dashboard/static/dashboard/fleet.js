@@ -31,6 +31,7 @@ worker.postMessage(
   {
     type: "init",
     canvas: offscreen,
+    snapshot: document.getElementById("fleet-snapshot").textContent,
     tops: page.tops,
     theme: heatmapTheme(),
     nodes: Object.fromEntries(page.layout.flatMap((group) => group.nodes).map((node) => [node.id, node])),
