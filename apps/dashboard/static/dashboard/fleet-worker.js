@@ -4,11 +4,15 @@
 // delta is ~200 KB of JSON touching ~8,000 cells; parsing, merging and drawing it here leaves the
 // page's main thread free for the user (a wall screen must still scroll and hover while it updates).
 //
+// The first drawing is of the snapshot that came in the page's HTML, unless the socket's own is
+// already in; the socket's replaces it when it comes, and its deltas follow.
+//
 // Messages from the page: text {text} (one ws/live message, from fleet-boot.js; they can come before
-// init, and are merged then and drawn once the page has placed the heatmap), init {canvas, tops,
-// theme, nodes, pricing}, place {placement}, metric {metric}, theme {theme}, inspect {request, node},
-// pixel {request, x, y}. To the page, from init on (when it listens): drawn (the first render is on
-// the canvas), update {kind, counts, costs, totals, alarmsChanged, workerMs}, reply {request, value}.
+// init, and are merged then and drawn once the page has placed the heatmap), init {canvas, snapshot
+// (the page's JSON text), tops, theme, nodes, pricing}, place {placement}, metric {metric}, theme
+// {theme}, inspect {request, node}, pixel {request, x, y}. To the page, from init on (when it
+// listens): drawn (the first render is on the canvas), update {kind, counts, costs, totals,
+// alarmsChanged, workerMs}, reply {request, value}.
 
 import { HeatPainter } from "./heatmap.js";
 import { LiveState } from "./live.js";
