@@ -72,7 +72,7 @@ class Fleet:
             group = len(self.leaves)
             self.racks.append(Rack.objects.create(cluster=self.cluster, name=f"r{group:02d}"))
             self.leaves.append(
-                Switch.objects.create(name=f"leaf-{group:02d}", fabric=self.fabric, tier=SwitchTier.LEAF)
+                Switch.objects.create(name=f"measured-leaf-{group:02d}", fabric=self.fabric, tier=SwitchTier.LEAF)
             )
         nodes = Node.objects.bulk_create(
             Node(
