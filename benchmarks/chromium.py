@@ -22,3 +22,20 @@ def signed_in_context(origin: str, session: str) -> Iterator[Any]:
             yield context
         finally:
             browser.close()
+
+
+def fresh_loads(context: Any, path: str, probe: str, *, loads: int, ready: str | None = None) -> list[Any]:
+    """Open ``path`` in ``loads`` fresh pages; from each, once ``ready`` (a JavaScript condition) holds,
+    the value of ``probe``: a JavaScript expression that may read ``nav``, the load's Navigation
+    Timing entry."""
+    results = []
+    for _ in range(loads):
+        page = context.new_page()
+        page.goto(path)
+        if ready is not None:
+            page.wait_for_function(ready, timeout=30_000)
+        results.append(
+            page.evaluate(f"(() => {{ const nav = performance.getEntriesByType('navigation')[0]; return {probe}; }})()")
+        )
+        page.close()
+    return results

@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.chromium import signed_in_context
+from benchmarks.chromium import fresh_loads, signed_in_context
 from benchmarks.scratch_database import scratch_postgresql
 from benchmarks.telemetry import (
     GPUS_PER_NODE,
@@ -74,19 +74,14 @@ def wait_for_fleet(nodes: int) -> float:
 
 def measure_in_chromium(origin: str, session: str, *, loads: int, seconds: float) -> dict:
     with signed_in_context(origin, session) as context:
-        first_renders = []
-        for _ in range(loads):
-            page = context.new_page()
-            page.goto("/")
-            page.wait_for_function("window.cpFleetRendered !== undefined", timeout=30_000)
-            first_renders.append(
-                page.evaluate(
-                    "(() => { const nav = performance.getEntriesByType('navigation')[0]; return {"
-                    "render: performance.getEntriesByName('fleet-first-render')[0].startTime, "
-                    "first_byte: nav.responseStart, html: nav.responseEnd, bytes: nav.transferSize}; })()"
-                )
-            )
-            page.close()
+        first_renders = fresh_loads(
+            context,
+            "/",
+            "{render: performance.getEntriesByName('fleet-first-render')[0].startTime, "
+            "first_byte: nav.responseStart, html: nav.responseEnd, bytes: nav.transferSize}",
+            loads=loads,
+            ready="window.cpFleetRendered !== undefined",
+        )
         page = context.new_page()
         page.goto("/")
         page.wait_for_function("window.cpFleetRendered !== undefined", timeout=30_000)

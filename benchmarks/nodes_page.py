@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.chromium import signed_in_context
+from benchmarks.chromium import fresh_loads, signed_in_context
 from benchmarks.scratch_database import scratch_postgresql
 from benchmarks.telemetry import GPUS_PER_NODE, REPO, free_port, percentile, server_environment, start_server
 
@@ -99,18 +99,13 @@ def publish_fleet(ids: list[int], stop: threading.Event) -> None:
 
 def measure_in_chromium(origin: str, session: str, *, loads: int, seconds: float) -> dict:
     with signed_in_context(origin, session) as context:
-        page_loads = []
-        for _ in range(loads):
-            page = context.new_page()
-            page.goto("/nodes/")
-            page_loads.append(
-                page.evaluate(
-                    "(() => { const nav = performance.getEntriesByType('navigation')[0]; return {"
-                    "server: nav.responseEnd - nav.requestStart, dom_ready: nav.domContentLoadedEventEnd, "
-                    "bytes: nav.transferSize, rows: document.querySelectorAll('#nodes-table tbody tr').length}; })()"
-                )
-            )
-            page.close()
+        page_loads = fresh_loads(
+            context,
+            "/nodes/",
+            "{server: nav.responseEnd - nav.requestStart, dom_ready: nav.domContentLoadedEventEnd, "
+            "bytes: nav.transferSize, rows: document.querySelectorAll('#nodes-table tbody tr').length}",
+            loads=loads,
+        )
         page = context.new_page()
         page.goto("/nodes/")
         page.wait_for_function("window.cpNodes?.live.updateMs.length > 0", timeout=30_000)
