@@ -21,7 +21,7 @@ from collections import defaultdict
 from typing import Any, NamedTuple
 
 from django.db import connection
-from django.db.models import Max, QuerySet
+from django.db.models import QuerySet
 
 from apps.dashboard.deltas import Tree
 from apps.failures.api.serializers import FailureSerializer
@@ -106,11 +106,9 @@ def _python_fleet_telemetry() -> dict[int, Tree]:
     readings: dict[int, list[GpuReading]] = defaultdict(list)
     for node_id, *reading in LatestGpuSample.objects.values_list("node_id", *_READING_COLUMNS).order_by():
         readings[node_id].append(_Reading._make(reading))  # a tuple, not a struct: 8,000 of them per snapshot
-    newest = dict(
-        LatestGpuSample.objects.order_by().values("node_id").annotate(newest=Max("ts")).values_list("node_id", "newest")
-    )
+    summaries = LatestGpuSample.objects.node_summaries()  # each node's newest ts, without parsing 8,000
     return {
-        node_id: fleet_fragment(fleet_entry(node_id, newest[node_id].timestamp(), gpus))
+        node_id: fleet_fragment(fleet_entry(node_id, summaries[node_id]["ts"].timestamp(), gpus))
         for node_id, gpus in readings.items()
     }
 
@@ -143,14 +141,9 @@ def _postgresql_fleet_telemetry() -> dict[int, Tree]:
             heat: list[list[int | None] | None] = [None] * (cells[-1][0] + 1)
             for index, *cell in cells:
                 heat[index] = cell
-            fragments[node_id] = {
-                "ts": rounded_ts(ts),
-                "gpus": gpus,
-                "util_gpu_mean": rounded(util_mean),
-                "power_w_total": rounded(power_total),
-                "temp_c_max": rounded(temp_max),
-                "heat": heat,
-            }
+            entry = {"ts": ts, "gpus": gpus, "heat": heat}
+            entry |= {"util_gpu_mean": util_mean, "power_w_total": power_total, "temp_c_max": temp_max}
+            fragments[node_id] = fleet_fragment(entry)
     return fragments
 
 
