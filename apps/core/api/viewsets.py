@@ -55,13 +55,9 @@ class BaseModelViewSet(viewsets.ModelViewSet):
         """The object as a GET would return it (with the queryset's annotations), for the response."""
         return self.get_queryset().get(pk=obj.pk)
 
-    def after_create(self, obj: models.Model) -> None:
-        """Hook for rows that must be written with the new object, in its transaction."""
-
     def perform_create(self, serializer: serializers.BaseSerializer) -> None:
         with transaction.atomic():
             obj = serializer.save()
-            self.after_create(obj)
         describe(self.request, f"{self.audit_name}.create", obj, fields=self.audit_fields(obj))
         serializer.instance = self.reloaded(obj)
 

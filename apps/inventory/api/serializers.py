@@ -110,6 +110,12 @@ class NodeSerializer(ValidatedModelSerializer):
             attrs["lifecycle"] = lifecycle
         return attrs
 
+    def create(self, validated_data: dict) -> Node:
+        user = self.context["request"].user
+        return Node.objects.create_new(
+            Node(**validated_data), actor=user.get_username(), user=user, reason="created through the API"
+        )
+
 
 class NodeTransitionSerializer(serializers.ModelSerializer):
     hostname = serializers.CharField(source="node.hostname", read_only=True)

@@ -112,16 +112,6 @@ class NodeViewSet(BaseModelViewSet):
     return_to_service = lifecycle_action("return_to_service", Lifecycle.IN_SERVICE)
     retire = lifecycle_action("retire", Lifecycle.RETIRED)
 
-    def after_create(self, node: Node) -> None:
-        NodeTransition.objects.create(
-            node=node,
-            from_state="",
-            to_state=node.lifecycle,
-            actor=self.request.user.get_username(),
-            user=self.request.user,
-            reason="created through the API",
-        )
-
     @extend_schema(responses=s.NodeTransitionSerializer(many=True), summary="Lifecycle history, newest first")
     @action(detail=True, methods=["get"])
     def history(self, request: Request, pk: str | None = None) -> Response:

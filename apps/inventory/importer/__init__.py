@@ -39,8 +39,8 @@ def import_inventory(raw: Any, *, dry_run: bool = False, actor: str, user: Any =
     document = convert_document(raw)
     try:
         with transaction.atomic():
-            plan = Planner(document, dry_run=dry_run, actor=actor, user=user).make()
-            apply_plan(plan)
+            plan = Planner(document, dry_run=dry_run).make()
+            apply_plan(plan, actor=actor, user=user)
             if dry_run:
                 transaction.set_rollback(True)
     except (IntegrityError, DataError) as exc:

@@ -31,7 +31,6 @@ from apps.inventory.models import (
     LinkTermination,
     NetworkPort,
     Node,
-    NodeTransition,
     NodeType,
     NvLink,
     PortTemplate,
@@ -42,7 +41,6 @@ from apps.inventory.models import (
 
 M = TypeVar("M", bound=models.Model)
 Port = NetworkPort | SwitchPort
-IMPORT_REASON = "inventory import"
 
 
 @dataclass
@@ -64,9 +62,8 @@ def _port_key(port: Port) -> tuple[str, int]:
 
 
 class Planner:
-    def __init__(self, document: Document, *, dry_run: bool, actor: str, user: models.Model | None) -> None:
+    def __init__(self, document: Document, *, dry_run: bool) -> None:
         self.doc = document
-        self.actor, self.user = actor, user
         self.plan = Plan(ImportResult(dry_run=dry_run))
         self.issues: list[Issue] = []
         self.first_use: dict[tuple[Any, ...], str] = {}
@@ -413,17 +410,6 @@ class Planner:
         key_values = {"hostname": record.hostname, "lifecycle": record.lifecycle}
         node = self._upsert(Node, stored, key_values, values, key=record.hostname, path=path)
         self.nodes[record.hostname] = node
-        if stored is None:
-            self.plan.creates[NodeTransition].append(
-                NodeTransition(
-                    node=node,
-                    from_state="",
-                    to_state=record.lifecycle.value,
-                    actor=self.actor,
-                    user=self.user,
-                    reason=IMPORT_REASON,
-                )
-            )
         self._plan_ports(node, record, path, creating=stored is None)
         self._plan_gpus(node, record, path)
 

@@ -1,3 +1,5 @@
+from datetime import datetime
+
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.validators import RegexValidator
@@ -27,6 +29,36 @@ class IllegalTransition(Exception):
 
 
 class NodeQuerySet(models.QuerySet["Node"]):
+    def create_new(
+        self,
+        node: "Node",
+        *,
+        actor: str,
+        reason: str,
+        user: AbstractBaseUser | None = None,
+        at: datetime | None = None,
+    ) -> "Node":
+        """Write a node that is not yet saved, with its node type's ports, and the first row of its
+        lifecycle history (from nothing to its initial state): the one way every path (the API, an
+        agent's enrollment, an inventory import) brings a node into the inventory.
+
+        Auditing stays with the caller, because each path audits at its own grain: the API request
+        (its middleware), the enrollment (its refusals and issued credential), the import (one
+        entry for the whole document).
+        """
+        with transaction.atomic():
+            node.save(force_insert=True)
+            NodeTransition.objects.create(
+                node=node,
+                from_state="",
+                to_state=node.lifecycle,
+                actor=actor,
+                user=user,
+                reason=reason,
+                at=at or timezone.now(),
+            )
+        return node
+
     def with_related(self) -> "NodeQuerySet":
         """Everything a list of nodes shows, in a fixed number of queries whatever its length."""
         return self.select_related("cluster", "node_type", "rack").annotate(gpu_count=Count("gpus", distinct=True))
