@@ -17,6 +17,7 @@ from apps.inventory.bandwidth import theoretical_busbw
 from apps.inventory.choices import GpuState, Lifecycle, SwitchTier
 from apps.inventory.importer import ImportFailed, ImportResult, import_inventory, load_document
 from apps.inventory.models import Gpu, Link, NetworkPort, Node, NodeTransition, Switch, SwitchPort
+from apps.inventory.topology import nvlink_matrix
 from tests import factories
 from tests.inventory.import_documents import UUIDS, gpu_node, small_document
 
@@ -58,7 +59,7 @@ def test_the_example_is_a_16_node_128_gpu_non_blocking_fat_tree():
     assert Gpu.objects.count() == 128
     assert set(Gpu.objects.values_list("model", flat=True)) == {"NVIDIA H100 80GB HBM3"}
     for node in Node.objects.all():
-        labels = node.nvlink_matrix()["labels"]
+        labels = nvlink_matrix(node)["labels"]
         assert [labels[i][j] for i in range(8) for j in range(8) if i != j] == ["NV18"] * 56
     leaves = Switch.objects.filter(tier=SwitchTier.LEAF)
     assert [Node.objects.under_switch(leaf).count() for leaf in leaves] == [4, 4, 4, 4]

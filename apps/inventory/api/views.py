@@ -33,7 +33,7 @@ from apps.inventory.models import (
     Switch,
     SwitchPort,
 )
-from apps.inventory.models.fabric import trace_port
+from apps.inventory.topology import nvlink_matrix, trace_hops
 
 
 class ClusterViewSet(BaseModelViewSet):
@@ -121,7 +121,7 @@ class NodeViewSet(BaseModelViewSet):
     @extend_schema(responses=s.NvLinkMatrixSerializer, summary="NVLink matrix (nvidia-smi topo -m)")
     @action(detail=True, methods=["get"], url_path="nvlink-matrix")
     def nvlink_matrix(self, request: Request, pk: str | None = None) -> Response:
-        return Response(self.get_object().nvlink_matrix())
+        return Response(nvlink_matrix(self.get_object()))
 
     @extend_schema(responses=s.NodeSerializer(many=True), summary="Other nodes under the same leaf switch")
     @action(detail=True, methods=["get"])
@@ -153,7 +153,7 @@ class NetworkPortViewSet(BaseModelViewSet):
     @extend_schema(responses=s.TraceHopSerializer(many=True), summary="Trace the port's path up the fabric")
     @action(detail=True, methods=["get"])
     def trace(self, request: Request, pk: str | None = None) -> Response:
-        return Response(trace_port(self.get_object()))
+        return Response(trace_hops(self.get_object()))
 
 
 class FabricViewSet(BaseModelViewSet):
