@@ -1,3 +1,5 @@
+from typing import NamedTuple, TypeVar
+
 from django.db.models import Prefetch, QuerySet
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
@@ -63,18 +65,25 @@ class RackViewSet(BaseModelViewSet):
     ordering_fields = ["name"]
 
 
-# Each lifecycle action: the state it moves a node to and the role it needs.
-LIFECYCLE_ACTIONS: dict[str, tuple[str, str]] = {
-    "start_burn_in": (Lifecycle.BURN_IN, Role.OPERATOR),
-    "quarantine": (Lifecycle.QUARANTINED, Role.OPERATOR),
-    "drain": (Lifecycle.DRAINED, Role.OPERATOR),
-    "return_to_service": (Lifecycle.IN_SERVICE, Role.OPERATOR),
-    "retire": (Lifecycle.RETIRED, Role.ADMIN),
-}
+class LifecycleAction(NamedTuple):
+    name: str  # the viewset action; its URL is the name with dashes (``return-to-service``)
+    target: Lifecycle
+    role: Role
 
 
-def lifecycle_action(name: str, target: str) -> object:
-    """A POST action that moves a node to ``target``; the role it needs is in LIFECYCLE_ACTIONS."""
+# The lifecycle actions of /api/v1/nodes/<id>/: where each takes a node and the role it needs.
+LIFECYCLE_ACTIONS = (
+    LifecycleAction("start_burn_in", Lifecycle.BURN_IN, Role.OPERATOR),
+    LifecycleAction("quarantine", Lifecycle.QUARANTINED, Role.OPERATOR),
+    LifecycleAction("drain", Lifecycle.DRAINED, Role.OPERATOR),
+    LifecycleAction("return_to_service", Lifecycle.IN_SERVICE, Role.OPERATOR),
+    LifecycleAction("retire", Lifecycle.RETIRED, Role.ADMIN),
+)
+
+
+def lifecycle_action(lifecycle: LifecycleAction) -> object:
+    """A POST action that moves a node to the action's target."""
+    name, target = lifecycle.name, lifecycle.target
 
     def perform(self: "NodeViewSet", request: Request, pk: str | None = None) -> Response:
         node = self.get_object()
@@ -93,24 +102,29 @@ def lifecycle_action(name: str, target: str) -> object:
     schema = extend_schema(
         request=s.TransitionRequestSerializer,
         responses={200: s.NodeSerializer},
-        summary=f"Move the node to {Lifecycle(target).label.lower()}",
+        summary=f"Move the node to {target.label.lower()}",
         description="Refused with 409 and an explanation when the state machine does not allow it.",
     )
     return schema(route(perform))
 
 
+V = TypeVar("V", bound=type[BaseModelViewSet])
+
+
+def with_lifecycle_actions(viewset: V) -> V:
+    """Give the viewset one action per entry of LIFECYCLE_ACTIONS (the roles are its ``action_roles``)."""
+    for lifecycle in LIFECYCLE_ACTIONS:
+        setattr(viewset, lifecycle.name, lifecycle_action(lifecycle))
+    return viewset
+
+
+@with_lifecycle_actions
 class NodeViewSet(BaseModelViewSet):
     queryset = Node.objects.with_related()
     serializer_class = s.NodeSerializer
     filterset_class = filtersets.NodeFilterSet
     ordering_fields = ["hostname", "lifecycle", "liveness", "last_seen_at", "created_at", "rack_position"]
-    action_roles = {name: role for name, (_, role) in LIFECYCLE_ACTIONS.items()}
-
-    start_burn_in = lifecycle_action("start_burn_in", Lifecycle.BURN_IN)
-    quarantine = lifecycle_action("quarantine", Lifecycle.QUARANTINED)
-    drain = lifecycle_action("drain", Lifecycle.DRAINED)
-    return_to_service = lifecycle_action("return_to_service", Lifecycle.IN_SERVICE)
-    retire = lifecycle_action("retire", Lifecycle.RETIRED)
+    action_roles = {lifecycle.name: lifecycle.role for lifecycle in LIFECYCLE_ACTIONS}
 
     @extend_schema(responses=s.NodeTransitionSerializer(many=True), summary="Lifecycle history, newest first")
     @action(detail=True, methods=["get"])
