@@ -262,20 +262,31 @@ def test_208_the_api_shows_the_figure_with_its_inputs(api_client, two_leaves):
     assert body["nodes"][0]["slowest_nic_gbps"] == 400
 
 
+def test_208b_hostnames_may_be_repeated_comma_separated_or_padded(api_client, two_leaves):
+    a, b, c = (node.hostname for node in two_leaves["nodes"][:3])
+    query = f"hostname={a},%20{b},&hostname={c}&hostname="
+    response = api_client("viewer").get(f"/api/v1/fabric/theoretical-busbw?{query}")
+    assert response.status_code == 200, response.content
+    assert {n["hostname"] for n in response.json()["nodes"]} == {a, b, c}
+
+
 @pytest.mark.parametrize(
-    ("query", "message"),
+    ("query", "parameter", "message"),
     [
-        ("hostname=nope", "Unknown hostnames: nope."),
-        ("", "Give hostname=..."),
-        ("cluster=abc", "valid integer"),
-        ("cluster={empty}", "has no node in service"),
+        ("hostname=nope", "hostname", "Unknown hostnames: nope."),
+        ("", "hostname", "Give hostname=... (one or more) or cluster=<id>."),
+        ("hostname=,", "hostname", "Give hostname=... (one or more) or cluster=<id>."),
+        ("cluster=abc", "cluster", "A valid integer is required."),
+        ("cluster=0", "cluster", "No cluster has id 0."),
+        ("cluster={empty}", "cluster", "has no node in service; name the nodes with hostname=... instead."),
     ],
 )
-def test_209_the_api_explains_bad_queries(api_client, two_leaves, query, message):
+def test_209_the_api_explains_bad_queries_naming_the_parameter(api_client, two_leaves, query, parameter, message):
     empty = factories.cluster()
     response = api_client("viewer").get(f"/api/v1/fabric/theoretical-busbw?{query.format(empty=empty.pk)}")
     assert response.status_code == 400
-    assert message in str(response.json())
+    assert list(response.json()) == [parameter]
+    assert message in response.json()[parameter][0]
 
 
 def test_210_link_api_cables_and_refuses_a_busy_port(admin_api, h100):

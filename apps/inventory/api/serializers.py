@@ -316,6 +316,40 @@ class NodeBandwidthSerializer(serializers.Serializer):
     leaf_switches = serializers.ListField(child=serializers.CharField())
 
 
+class BusBandwidthQuerySerializer(serializers.Serializer):
+    """Which nodes to estimate: named ones, or a cluster's nodes in service. Validated, it holds
+    ``nodes``; the hostnames win when both are given."""
+
+    hostname = serializers.ListField(
+        child=serializers.CharField(allow_blank=True),
+        required=False,
+        help_text="Hostnames (repeat or comma-separate).",
+    )
+    cluster = serializers.IntegerField(required=False, help_text="Every in-service node of this cluster.")
+
+    def validate_hostname(self, values: list[str]) -> list[str]:
+        return [hostname.strip() for value in values for hostname in value.split(",") if hostname.strip()]
+
+    def validate(self, attrs: dict) -> dict:
+        if hostnames := attrs.get("hostname"):
+            nodes = Node.objects.filter(hostname__in=hostnames)
+            missing = sorted(set(hostnames) - set(nodes.values_list("hostname", flat=True)))
+            if missing:
+                raise serializers.ValidationError({"hostname": f"Unknown hostnames: {', '.join(missing)}."})
+        elif "cluster" in attrs:
+            cluster = Cluster.objects.filter(pk=attrs["cluster"]).first()
+            if cluster is None:
+                raise serializers.ValidationError({"cluster": f"No cluster has id {attrs['cluster']}."})
+            nodes = cluster.nodes.filter(lifecycle=Lifecycle.IN_SERVICE)
+            if not nodes.exists():
+                raise serializers.ValidationError(
+                    {"cluster": f"{cluster} has no node in service; name the nodes with hostname=... instead."}
+                )
+        else:
+            raise serializers.ValidationError({"hostname": "Give hostname=... (one or more) or cluster=<id>."})
+        return {"nodes": nodes}
+
+
 class BusBandwidthSerializer(serializers.Serializer):
     busbw_gbs = serializers.FloatField(help_text="Theoretical all-reduce bus bandwidth, GB/s (nccl-tests' busbw).")
     limited_by = serializers.CharField(help_text="The slowest hop, which sets the figure.")

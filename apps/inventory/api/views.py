@@ -1,10 +1,7 @@
 from typing import NamedTuple, TypeVar
 
-from django.db.models import Prefetch, QuerySet
-from django.shortcuts import get_object_or_404
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import serializers
+from django.db.models import Prefetch
+from drf_spectacular.utils import extend_schema
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -219,34 +216,8 @@ class NvLinkViewSet(BaseModelViewSet):
 class BusBandwidthView(APIView):
     """Theoretical all-reduce bus bandwidth of a set of nodes, from the fabric's slowest link."""
 
-    @extend_schema(
-        parameters=[
-            OpenApiParameter(
-                "hostname", OpenApiTypes.STR, many=True, description="Hostnames (repeat or comma-separate)."
-            ),
-            OpenApiParameter("cluster", OpenApiTypes.INT, description="Every in-service node of this cluster."),
-        ],
-        responses=s.BusBandwidthSerializer,
-    )
+    @extend_schema(parameters=[s.BusBandwidthQuerySerializer], responses=s.BusBandwidthSerializer)
     def get(self, request: Request) -> Response:
-        nodes: QuerySet[Node] = Node.objects.none()
-        hostnames = [
-            h.strip() for value in request.query_params.getlist("hostname") for h in value.split(",") if h.strip()
-        ]
-        if hostnames:
-            nodes = Node.objects.filter(hostname__in=hostnames)
-            missing = sorted(set(hostnames) - set(nodes.values_list("hostname", flat=True)))
-            if missing:
-                raise serializers.ValidationError({"hostname": f"Unknown hostnames: {', '.join(missing)}."})
-        elif request.query_params.get("cluster"):
-            cluster = get_object_or_404(
-                Cluster, pk=serializers.IntegerField().to_internal_value(request.query_params["cluster"])
-            )
-            nodes = cluster.nodes.filter(lifecycle=Lifecycle.IN_SERVICE)
-            if not nodes.exists():
-                raise serializers.ValidationError(
-                    {"cluster": f"{cluster} has no node in service; name the nodes with hostname=... instead."}
-                )
-        else:
-            raise serializers.ValidationError({"hostname": "Give hostname=... (one or more) or cluster=<id>."})
-        return Response(theoretical_busbw(nodes).as_dict())
+        query = s.BusBandwidthQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        return Response(theoretical_busbw(query.validated_data["nodes"]).as_dict())
