@@ -10,12 +10,15 @@ import pytest
 import yaml
 from django.apps import apps
 from django.core.management import CommandError, call_command
-from django.db import IntegrityError
+from django.db import IntegrityError, connection
+from django.test.utils import CaptureQueriesContext
 
 from apps.accounts.models import AuditLogEntry
 from apps.inventory.bandwidth import theoretical_busbw
 from apps.inventory.choices import GpuState, Lifecycle, SwitchTier
 from apps.inventory.importer import ImportFailed, ImportResult, import_inventory, load_document
+from apps.inventory.importer.schema import convert_document
+from apps.inventory.importer.stored import load_stored_state
 from apps.inventory.models import Gpu, Link, NetworkPort, Node, NodeTransition, Switch, SwitchPort
 from apps.inventory.topology import nvlink_matrix
 from tests import factories
@@ -143,6 +146,23 @@ def test_a_second_import_changes_nothing():
     assert (second.created, second.updated, second.changes) == ({}, {}, [])
     assert sum(second.unchanged.values()) == sum(first.created.values()) - first.created["switchport"]
     assert inventory_rows() == before
+
+
+def test_loading_what_the_database_has_costs_the_same_queries_for_2_nodes_as_for_16(django_assert_num_queries):
+    run(example())
+    whole, two_nodes = convert_document(example()), convert_document(example())
+    two_nodes.nodes = two_nodes.nodes[:2]
+    two_nodes.links = [link for link in two_nodes.links if {link.a.node, link.b.node} & {"gpu-001", "gpu-002"}]
+    two_nodes.nvlinks = two_nodes.nvlinks[:2]
+    with CaptureQueriesContext(connection) as loading_two:
+        stored = load_stored_state(two_nodes)
+    assert len(stored.nodes) == 2
+    assert len(stored.terminations) == 2 * len(two_nodes.links)  # its links are stored: both ends were read
+
+    with django_assert_num_queries(len(loading_two)):
+        stored = load_stored_state(whole)
+    assert len(stored.nodes) == 16
+    assert len(stored.terminations) == 2 * len(whole.links)
 
 
 def test_a_dry_run_shows_the_real_runs_diff_and_writes_nothing():

@@ -3,9 +3,10 @@ nodes (with GPUs and ports), links and NVLinks, applied all or nothing.
 
 Validation runs in layers and reports every problem with the path of its record: the document's
 structure (schema.py), then references, duplicates and conflicts with the database, then each
-row's field formats (plan.py). Only a document without problems is written (apply.py), in one
-transaction. A dry run does the same writes and rolls them back, so its diff is exactly what a
-real run would do. The format is described in docs/inventory-import.md.
+row's field formats (plan.py, over the stored rows the document names, which stored.py loads).
+Only a document without problems is written (apply.py), in one transaction. A dry run does the
+same writes and rolls them back, so its diff is exactly what a real run would do. The format is
+described in docs/inventory-import.md.
 """
 
 from typing import Any
@@ -16,8 +17,9 @@ from apps.inventory.importer.apply import apply_plan
 from apps.inventory.importer.diff import Change, ImportResult
 from apps.inventory.importer.errors import DOCUMENT, ImportFailed, Issue
 from apps.inventory.importer.loading import Format, load_document
-from apps.inventory.importer.plan import Planner
+from apps.inventory.importer.plan import plan_import
 from apps.inventory.importer.schema import Document, convert_document
+from apps.inventory.importer.stored import load_stored_state
 
 __all__ = [
     "Change",
@@ -39,7 +41,7 @@ def import_inventory(raw: Any, *, dry_run: bool = False, actor: str, user: Any =
     document = convert_document(raw)
     try:
         with transaction.atomic():
-            plan = Planner(document, dry_run=dry_run).make()
+            plan = plan_import(document, load_stored_state(document), dry_run=dry_run)
             apply_plan(plan, actor=actor, user=user)
             if dry_run:
                 transaction.set_rollback(True)

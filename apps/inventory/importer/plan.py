@@ -1,9 +1,12 @@
-"""From a well-formed document to a plan of rows to create and update (validation layers 2 to 4).
+"""From a well-formed document and the stored rows it names to a plan of rows to create and update
+(validation layers 2 to 4).
 
-The planner loads, in a fixed number of queries, every stored row the document names; resolves the
-references between records (in the file or in the database); finds what the file says twice and
-what contradicts the database; and checks each new or changed row with the model's own field
-validation. It collects every problem before giving up, so one run lists them all.
+Planning is a pure function of the two (``plan_import``): it reads no database (stored.py has
+loaded what it needs) and writes nothing but the plan, whose updates are the stored rows with the
+document's values set on them. It resolves the references between records (in the file or in the
+database); finds what the file says twice and what contradicts the database; and checks each new or
+changed row with the model's own field validation. It collects every problem before giving up, so
+one run lists them all.
 
 Rows are matched by natural key and never deleted. A record's missing fields leave stored values
 alone. A node's ``lifecycle`` is its initial state and applies only when the node is created.
@@ -18,17 +21,16 @@ from typing import Any, TypeVar
 
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import models
-from django.db.models import Q
 
 from apps.inventory.importer.diff import ImportResult, display
 from apps.inventory.importer.errors import ImportFailed, Issue, did_you_mean, record_path
 from apps.inventory.importer.schema import UNSET, Document, LinkEndRecord, NodeRecord, Record
+from apps.inventory.importer.stored import Port, StoredState, port_key
 from apps.inventory.models import (
     Cluster,
     Fabric,
     Gpu,
     Link,
-    LinkTermination,
     NetworkPort,
     Node,
     NodeType,
@@ -40,7 +42,6 @@ from apps.inventory.models import (
 )
 
 M = TypeVar("M", bound=models.Model)
-Port = NetworkPort | SwitchPort
 
 
 @dataclass
@@ -57,31 +58,32 @@ def _values(record: Record, *names: str) -> dict[str, Any]:
     return {name: getattr(record, name) for name in names}
 
 
-def _port_key(port: Port) -> tuple[str, int]:
-    return ("network" if isinstance(port, NetworkPort) else "switch", port.pk)
+def plan_import(document: Document, stored: StoredState, *, dry_run: bool) -> Plan:
+    """The rows the document creates and updates over the stored state, or ImportFailed with every problem."""
+    return _Planner(document, stored, dry_run=dry_run).make()
 
 
-class Planner:
-    def __init__(self, document: Document, *, dry_run: bool) -> None:
+class _Planner:
+    def __init__(self, document: Document, stored: StoredState, *, dry_run: bool) -> None:
         self.doc = document
+        self.stored = stored
         self.plan = Plan(ImportResult(dry_run=dry_run))
         self.issues: list[Issue] = []
         self.first_use: dict[tuple[Any, ...], str] = {}
         # Records of this file that were refused, as (what, key): references to them add no error.
         self.refused: set[tuple[str, Any]] = set()
-        # Rows by natural key: as loaded from the database, then as this document makes them.
-        self.clusters: dict[str, Cluster] = {}
-        self.node_types: dict[str, NodeType] = {}
-        self.templates: dict[str, dict[tuple[str, int], PortTemplate]] = {}
-        self.racks: dict[tuple[str, str], Rack] = {}
-        self.fabrics: dict[str, Fabric] = {}
-        self.switches: dict[str, Switch] = {}
+        # Rows by natural key: as stored, then as this document makes them (copies: the stored state
+        # stays as it was loaded).
+        self.clusters = dict(stored.clusters)
+        self.node_types = dict(stored.node_types)
+        self.templates = {name: dict(templates) for name, templates in stored.templates.items()}
+        self.racks = dict(stored.racks)
+        self.fabrics = dict(stored.fabrics)
+        self.switches = dict(stored.switches)
         self.switch_port_rates: dict[str, int] = {}
-        self.switch_ports: dict[tuple[str, str], SwitchPort] = {}
-        self.nodes: dict[str, Node] = {}
-        self.ports: dict[tuple[str, str, int], NetworkPort] = {}
-        self.stored_gpus: dict[str, Gpu] = {}
-        self.stored_nvlinks: dict[frozenset[int], NvLink] = {}
+        self.switch_ports = dict(stored.switch_ports)
+        self.nodes = dict(stored.nodes)
+        self.ports = dict(stored.ports)
         # GPUs by hostname and index as they will be after the import.
         self.gpus_at: dict[str, dict[int, Gpu]] = {}
         self.gpu_paths: dict[tuple[str, int], str] = {}
@@ -89,7 +91,6 @@ class Planner:
         self.uuids_in_file = {gpu.uuid for node in document.nodes for gpu in node.gpus}
 
     def make(self) -> Plan:
-        self._load()
         self._plan_clusters()
         self._plan_node_types()
         self._plan_racks()
@@ -103,53 +104,6 @@ class Planner:
         if self.issues:
             raise ImportFailed(self.issues)
         return self.plan
-
-    # Loading what the database has --------------------------------------------------------------
-
-    def _load(self) -> None:
-        doc = self.doc
-        link_ends = [end for link in doc.links for end in (link.a, link.b)]
-        cluster_names = {r.name for r in doc.clusters} | {r.cluster for r in (*doc.racks, *doc.fabrics, *doc.nodes)}
-        self.clusters = {c.name: c for c in Cluster.objects.filter(name__in=cluster_names)}
-
-        node_types = NodeType.objects.filter(
-            name__in={r.name for r in doc.node_types} | {r.node_type for r in doc.nodes}
-        ).prefetch_related("port_templates")
-        self.node_types = {t.name: t for t in node_types}
-        self.templates = {t.name: {(p.device_name, p.port_num): p for p in t.port_templates.all()} for t in node_types}
-
-        rack_names = {r.name for r in doc.racks} | {
-            r.rack for r in (*doc.nodes, *doc.switches) if isinstance(r.rack, str)
-        }
-        racks = Rack.objects.filter(name__in=rack_names).select_related("cluster")
-        self.racks = {(r.cluster.name, r.name): r for r in racks}
-
-        fabric_names = {r.name for r in doc.fabrics} | {r.fabric for r in doc.switches}
-        self.fabrics = {f.name: f for f in Fabric.objects.filter(name__in=fabric_names).select_related("cluster")}
-
-        switch_names = {r.name for r in doc.switches} | {e.switch for e in link_ends if isinstance(e.switch, str)}
-        switches = Switch.objects.filter(name__in=switch_names).select_related("fabric__cluster", "rack__cluster")
-        self.switches = {s.name: s for s in switches}
-        for port in SwitchPort.objects.filter(switch__in=switches).select_related("switch"):
-            self.switch_ports[(port.switch.name, port.name)] = port
-
-        hostnames = (
-            self.hostnames_in_file
-            | {e.node for e in link_ends if isinstance(e.node, str)}
-            | {r.node for r in doc.nvlinks}
-        )
-        nodes = Node.objects.filter(hostname__in=hostnames).select_related("cluster", "node_type", "rack__cluster")
-        self.nodes = {n.hostname: n for n in nodes}
-        by_pk = {n.pk: n for n in nodes}
-        for port in NetworkPort.objects.filter(node__in=nodes):
-            port.node = by_pk[port.node_id]
-            self.ports[(port.node.hostname, port.device_name, port.port_num)] = port
-        for gpu in Gpu.objects.filter(Q(node__in=nodes) | Q(uuid__in=self.uuids_in_file)).select_related("node"):
-            gpu.node = by_pk.get(gpu.node_id, gpu.node)
-            self.stored_gpus[gpu.uuid] = gpu
-        nvlink_nodes = [self.nodes[r.node] for r in doc.nvlinks if r.node in self.nodes]
-        for link in NvLink.objects.filter(_node__in=nvlink_nodes):
-            self.stored_nvlinks[frozenset((link.gpu_a_id, link.gpu_b_id))] = link
 
     # Helpers -----------------------------------------------------------------------------------------
 
@@ -464,7 +418,7 @@ class Planner:
             if not (fresh_uuid and fresh_index):
                 self.refused.add(("gpus", hostname))
                 continue
-            stored = self.stored_gpus.get(gpu.uuid)
+            stored = self.stored.gpus.get(gpu.uuid)
             conflict = self._move_conflict(stored, hostname) if stored is not None else None
             if conflict:
                 self._error(f"{g_path}.uuid", conflict)
@@ -491,7 +445,7 @@ class Planner:
                 f"{stored.uuid} is gpu{stored.index} of {owner} in the database, and {owner} is not in this file; "
                 f"if the GPU really moved, describe {owner} too, otherwise correct the UUID"
             )
-        if NvLink.objects.filter(Q(gpu_a=stored) | Q(gpu_b=stored)).exists():
+        if stored.pk in self.stored.gpus_with_nvlinks:
             return (
                 f"{stored.uuid} would move from {owner} to {hostname}, but it has NVLinks on {owner}; an import "
                 "never deletes them: delete them first if the GPU really moved"
@@ -501,7 +455,7 @@ class Planner:
     def _keep_unlisted_gpus(self) -> None:
         """A stored GPU the file does not list stays where it is (imports never delete), so its index
         is taken: a file that puts another GPU there is refused with both UUIDs named."""
-        for gpu in self.stored_gpus.values():
+        for gpu in self.stored.gpus.values():
             hostname = gpu.node.hostname
             if gpu.uuid in self.uuids_in_file or hostname not in self.hostnames_in_file:
                 continue
@@ -517,7 +471,7 @@ class Planner:
         """The node's GPUs by index after the import (for a node the file does not describe: as stored,
         less any GPU the file moves elsewhere)."""
         if hostname not in self.gpus_at:
-            stored = [g for g in self.stored_gpus.values() if g.node.hostname == hostname]
+            stored = [g for g in self.stored.gpus.values() if g.node.hostname == hostname]
             self.gpus_at[hostname] = {g.index: g for g in stored if g.uuid not in self.uuids_in_file}
         return self.gpus_at[hostname]
 
@@ -529,7 +483,7 @@ class Planner:
         if isinstance(end.node, str):
             if self._ref(self.nodes, end.node, f"{path}.node", "node") is None:
                 return None
-            port_num = 1 if end.port_num is UNSET else end.port_num
+            port_num = end.node_port_num
             port = self.ports.get((end.node, end.port, port_num))
             if port is None and ("port", (end.node, end.port, port_num)) not in self.refused:
                 ports = ", ".join(sorted(f"{d}/{n}" for h, d, n in self.ports if h == end.node)) or "none"
@@ -591,21 +545,8 @@ class Planner:
             if all(claims):
                 cabled.append((path, record, a, b))
 
-        stored_ports = [p for _, _, a, b in cabled for p in (a, b) if p.pk is not None]
-        network_ids = [p.pk for p in stored_ports if isinstance(p, NetworkPort)]
-        switch_ids = [p.pk for p in stored_ports if isinstance(p, SwitchPort)]
-        on_links = LinkTermination.objects.filter(Q(network_port_id__in=network_ids) | Q(switch_port_id__in=switch_ids))
-        terminations = LinkTermination.objects.filter(link__in=on_links.values("link")).select_related(
-            "link", "network_port__node", "switch_port__switch"
-        )
-        ends_of_link: dict[int, list[LinkTermination]] = defaultdict(list)
-        termination_of: dict[tuple[str, int], LinkTermination] = {}
-        for termination in terminations:
-            ends_of_link[termination.link_id].append(termination)
-            termination_of[_port_key(termination.endpoint)] = termination
-
         for path, record, a, b in cabled:
-            held = [termination_of.get(_port_key(p)) if p.pk is not None else None for p in (a, b)]
+            held = [self.stored.terminations.get(port_key(p)) if p.pk is not None else None for p in (a, b)]
             values = _values(record, "status", "label", "cable_type")
             key = f"{a} ↔ {b}"
             if held == [None, None]:
@@ -617,7 +558,8 @@ class Planner:
                 for side, port, termination in zip("ab", (a, b), held, strict=True):
                     if termination is None:
                         continue
-                    peers = [t.endpoint for t in ends_of_link[termination.link_id] if t.pk != termination.pk]
+                    ends = self.stored.link_ends[termination.link_id]
+                    peers = [t.endpoint for t in ends if t.pk != termination.pk]
                     peer = peers[0] if peers else "nothing"
                     self._error(
                         f"{path}.{side}",
@@ -649,7 +591,7 @@ class Planner:
                 if not self._claim(("nvlink", record.node, a, b), path, subject):
                     continue
                 gpu_a, gpu_b = gpus[a], gpus[b]
-                stored = self.stored_nvlinks.get(frozenset((gpu_a.pk, gpu_b.pk))) if gpu_a.pk and gpu_b.pk else None
+                stored = self.stored.nvlinks.get(frozenset((gpu_a.pk, gpu_b.pk))) if gpu_a.pk and gpu_b.pk else None
                 self._upsert(
                     NvLink,
                     stored,
