@@ -7,10 +7,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.accounts.api.viewsets import BaseModelViewSet
 from apps.accounts.audit import describe
 from apps.accounts.roles import Role
 from apps.core.api.exceptions import Conflict
-from apps.core.api.viewsets import BaseModelViewSet
 from apps.inventory import filtersets
 from apps.inventory.api import serializers as s
 from apps.inventory.bandwidth import theoretical_busbw
