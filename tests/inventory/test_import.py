@@ -289,6 +289,24 @@ def test_a_database_refusal_halfway_rolls_everything_back():
     assert inventory_rows() == {name: [] for name in inventory_rows()}
 
 
+def test_a_concurrent_writer_that_takes_a_hostname_is_named_without_the_databases_words(caplog):
+    save = Node.save
+
+    def lose_the_race(node, *args, **kwargs):
+        if node.hostname == "gpu-b" and node.pk is None:  # another writer creates it first
+            save(Node(hostname="gpu-b", cluster=node.cluster, node_type=node.node_type))
+        save(node, *args, **kwargs)
+
+    with mock.patch.object(Node, "save", lose_the_race), caplog.at_level("WARNING", "apps.inventory.importer"):
+        issues = problems(small_document())
+
+    assert issues == [
+        "document: the database refused the import, nothing was written: Another node already has this hostname."
+    ]
+    assert not Node.objects.exists()  # nothing was written (the stand-in writer wrote inside the import's transaction)
+    assert "inventory_node" in caplog.text  # the database's own words are in the log
+
+
 # Clear errors ------------------------------------------------------------------------------------
 
 

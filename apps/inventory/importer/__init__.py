@@ -9,10 +9,12 @@ same writes and rolls them back, so its diff is exactly what a real run would do
 described in docs/inventory-import.md.
 """
 
+import logging
 from typing import Any
 
 from django.db import DataError, IntegrityError, transaction
 
+from apps.core import integrity
 from apps.inventory.importer.apply import apply_plan
 from apps.inventory.importer.diff import Change, ImportResult
 from apps.inventory.importer.errors import DOCUMENT, ImportFailed, Issue
@@ -20,6 +22,9 @@ from apps.inventory.importer.loading import Format, load_document
 from apps.inventory.importer.plan import plan_import
 from apps.inventory.importer.schema import Document, convert_document
 from apps.inventory.importer.stored import load_stored_state
+
+logger = logging.getLogger(__name__)
+DATABASE_LIMIT = "a value is beyond what the database can hold (too long or out of range)"
 
 __all__ = [
     "Change",
@@ -47,8 +52,10 @@ def import_inventory(raw: Any, *, dry_run: bool = False, actor: str, user: Any =
                 transaction.set_rollback(True)
     except (IntegrityError, DataError) as exc:
         # The checks above cover what the file can get wrong; this is a concurrent writer that got
-        # there first, or a limit of the database. The transaction is rolled back either way.
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        # there first, or a limit of the database. The transaction is rolled back either way. The
+        # caller reads what was refused in words; the database's message goes to the log.
+        logger.warning("inventory import by %s: the database refused it: %s", actor, exc)
+        reason = integrity.explain(exc).message() if isinstance(exc, IntegrityError) else DATABASE_LIMIT
         raise ImportFailed(
             [Issue(DOCUMENT, f"the database refused the import, nothing was written: {reason}")]
         ) from exc
