@@ -13,6 +13,34 @@ from apps.accounts.models import ApiToken, AuditLogEntry, User
 _ANNOTATION = "_audit_annotation"
 
 
+# The before/after of a change, for an entry's detail ----------------------------------------------
+
+REDACTED = "(redacted)"  # a field the log names but never shows (a password hash)
+
+
+def changed_fields(
+    before: dict[str, Any], after: dict[str, Any], redacted: frozenset[str] = frozenset()
+) -> dict[str, list[Any]]:
+    """``{field: [before, after]}`` for the fields that changed; a redacted field says only that it changed."""
+    return {
+        name: [REDACTED, REDACTED] if name in redacted else [before.get(name), value]
+        for name, value in after.items()
+        if before.get(name) != value
+    }
+
+
+def field_values(obj: models.Model) -> dict[str, Any]:
+    """Concrete, editable field values in JSON-safe form, for the audit log's before/after."""
+    return {f.attname: f.value_to_string(obj) for f in obj._meta.concrete_fields if f.editable and not f.primary_key}
+
+
+def redact(values: dict[str, Any], redacted: frozenset[str]) -> dict[str, Any]:
+    return {name: REDACTED if name in redacted else value for name, value in values.items()}
+
+
+# Entries -------------------------------------------------------------------------------------------
+
+
 def _object_fields(obj: models.Model | None) -> dict[str, str]:
     if obj is None:
         return {}

@@ -19,7 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from agents import protocol
-from apps.core.api.viewsets import changed_fields
+from apps.accounts.audit import changed_fields
 from apps.gateway.choices import ChangeKind
 from apps.gateway.models import DiscoveryChange, NodeAgent
 from apps.inventory.choices import GpuState, LinkState

@@ -15,7 +15,7 @@ from django.utils import timezone
 from apps.gateway.choices import EnrollmentTokenState
 from apps.gateway.models import EnrollmentToken, NodeAgent, NodeCredential
 from apps.inventory.choices import Lifecycle
-from apps.inventory.models import Node, NodeTransition
+from apps.inventory.models import Node
 
 
 class EnrollmentRefused(Exception):
@@ -62,18 +62,12 @@ def _enroll(token: EnrollmentToken, hostname: str, agent: dict[str, Any]) -> Enr
         raise EnrollmentRefused("token used or revoked by a concurrent request", token)
     node = Node.objects.select_for_update().filter(hostname=hostname).first()
     created = node is None
-    actor = f"agent:{hostname}"
     if node is None:
         if token.cluster_id is None:
             raise EnrollmentRefused(f"no node named {hostname} and the token names no cluster to create it in", token)
-        node = Node.objects.create(
-            hostname=hostname, cluster=token.cluster, node_type=token.node_type, lifecycle=Lifecycle.NEW
-        )
-        NodeTransition.objects.create(
-            node=node,
-            from_state="",
-            to_state=Lifecycle.NEW,
-            actor=actor,
+        node = Node.objects.create_new(
+            Node(hostname=hostname, cluster=token.cluster, node_type=token.node_type, lifecycle=Lifecycle.NEW),
+            actor=f"agent:{hostname}",
             reason=f"enrolled with token {token.key_id}",
             at=now,
         )

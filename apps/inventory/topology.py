@@ -10,6 +10,10 @@ adds each node port's newest reading (apps/telemetry/links.py) with ``Topology.a
 Utilization of a link is its busier direction's share of its rate: max(tx, rx) / rate, since a
 full-duplex link saturates one direction at a time. For a node or a switch it is the same over all
 its node links that reported: max(Σ tx, Σ rx) / Σ rate.
+
+Closer in, one node's NVLink matrix with ``nvidia-smi topo -m``'s labels and one port's path up the
+fabric as hops to read. The models answer with structured data (``Node.nvlink_grid``,
+``trace_port``); the words and labels people read are made here, for the API and the dashboard alike.
 """
 
 import re
@@ -17,12 +21,13 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import TypedDict
 
-from django.db.models import Count, F, QuerySet, Sum
+from django.db.models import Count, F, Model, QuerySet, Sum
 
 from apps.inventory.choices import FabricKind, LinkState, SwitchTier
 from apps.inventory.models import Fabric, NetworkPort, Node, NvLink, Switch, SwitchPort
-from apps.inventory.models.fabric import TIER_RANK
+from apps.inventory.models.fabric import TIER_RANK, trace_port
 
 UP, DOWN, UNKNOWN = "up", "down", "unknown"
 PortKey = tuple[int, str, int]  # node, device, port number: how telemetry names a node's port
@@ -320,3 +325,56 @@ def _count_nvlinks(fabrics: list[FabricView]) -> None:
         by_cluster[row["_node__cluster__name"]].states[link_condition(row["link_state"])] += row["n"]
     for fabric in fabrics:
         fabric.nvlinks = by_cluster[fabric.cluster]
+
+
+# One node and one port -------------------------------------------------------------------------------
+
+
+def topo_label(lanes: int | None, *, same_gpu: bool) -> str:
+    """A cell of ``nvidia-smi topo -m``: X for the GPU itself, NV18 for 18 NVLink lanes, SYS for a pair
+    that NVLink does not join (their traffic crosses the system's PCIe and CPU interconnect)."""
+    if same_gpu:
+        return "X"
+    return f"NV{lanes}" if lanes else "SYS"
+
+
+class NvLinkMatrix(TypedDict):
+    gpu_indices: list[int]
+    lanes: list[list[int | None]]
+    bandwidth_gbs: list[list[int | None]]
+    labels: list[list[str]]
+
+
+def nvlink_matrix(node: Node) -> NvLinkMatrix:
+    """The node's NVLinks GPU by GPU, with the labels ``nvidia-smi topo -m`` prints: two queries."""
+    grid = node.nvlink_grid()
+    labels = [[topo_label(lanes, same_gpu=i == j) for j, lanes in enumerate(row)] for i, row in enumerate(grid.lanes)]
+    return {"gpu_indices": grid.gpu_indices, "lanes": grid.lanes, "bandwidth_gbs": grid.bandwidth_gbs, "labels": labels}
+
+
+def _hop(kind: str, row: Model, name: str, detail: str) -> dict[str, object]:
+    return {"kind": kind, "id": row.pk, "name": name, "detail": detail}
+
+
+def _node_port_hop(port: NetworkPort) -> dict[str, object]:
+    return _hop("network_port", port, str(port), f"{port.rate_gbps} Gb/s, {port.link_state}")
+
+
+def trace_hops(port: NetworkPort) -> list[dict[str, object]]:
+    """The path from a node's port up the fabric as hops to read one after another: the port, its
+    cable, the far end (another node's port, or a switch port and its switch), and that switch's
+    uplinks. Each hop has its kind, the row's id, a name and a detail."""
+    trace = trace_port(port)
+    hops = [_node_port_hop(trace.port)]
+    if (link := trace.link) is not None:
+        hops.append(_hop("link", link, link.label or f"link {link.pk}", f"{link.status} {link.cable_type}".strip()))
+    if trace.peer_port is not None:
+        hops.append(_node_port_hop(trace.peer_port))
+    if trace.switch_port is not None:
+        switch_port, switch = trace.switch_port, trace.switch_port.switch
+        hops.append(_hop("switch_port", switch_port, str(switch_port), f"{switch_port.rate_gbps} Gb/s"))
+        hops.append(_hop("switch", switch, switch.name, f"{switch.tier} in {switch.fabric}"))
+    for uplink in trace.uplinks:
+        peer = uplink._peer_switch_port
+        hops.append(_hop("uplink", uplink, f"{uplink} → {peer}", f"{peer.switch.tier}, {uplink.rate_gbps} Gb/s"))
+    return hops

@@ -10,13 +10,17 @@ import pytest
 import yaml
 from django.apps import apps
 from django.core.management import CommandError, call_command
-from django.db import IntegrityError
+from django.db import IntegrityError, connection
+from django.test.utils import CaptureQueriesContext
 
 from apps.accounts.models import AuditLogEntry
 from apps.inventory.bandwidth import theoretical_busbw
 from apps.inventory.choices import GpuState, Lifecycle, SwitchTier
 from apps.inventory.importer import ImportFailed, ImportResult, import_inventory, load_document
+from apps.inventory.importer.schema import convert_document
+from apps.inventory.importer.stored import load_stored_state
 from apps.inventory.models import Gpu, Link, NetworkPort, Node, NodeTransition, Switch, SwitchPort
+from apps.inventory.topology import nvlink_matrix
 from tests import factories
 from tests.inventory.import_documents import UUIDS, gpu_node, small_document
 
@@ -58,7 +62,7 @@ def test_the_example_is_a_16_node_128_gpu_non_blocking_fat_tree():
     assert Gpu.objects.count() == 128
     assert set(Gpu.objects.values_list("model", flat=True)) == {"NVIDIA H100 80GB HBM3"}
     for node in Node.objects.all():
-        labels = node.nvlink_matrix()["labels"]
+        labels = nvlink_matrix(node)["labels"]
         assert [labels[i][j] for i in range(8) for j in range(8) if i != j] == ["NV18"] * 56
     leaves = Switch.objects.filter(tier=SwitchTier.LEAF)
     assert [Node.objects.under_switch(leaf).count() for leaf in leaves] == [4, 4, 4, 4]
@@ -142,6 +146,23 @@ def test_a_second_import_changes_nothing():
     assert (second.created, second.updated, second.changes) == ({}, {}, [])
     assert sum(second.unchanged.values()) == sum(first.created.values()) - first.created["switchport"]
     assert inventory_rows() == before
+
+
+def test_loading_what_the_database_has_costs_the_same_queries_for_2_nodes_as_for_16(django_assert_num_queries):
+    run(example())
+    whole, two_nodes = convert_document(example()), convert_document(example())
+    two_nodes.nodes = two_nodes.nodes[:2]
+    two_nodes.links = [link for link in two_nodes.links if {link.a.node, link.b.node} & {"gpu-001", "gpu-002"}]
+    two_nodes.nvlinks = two_nodes.nvlinks[:2]
+    with CaptureQueriesContext(connection) as loading_two:
+        stored = load_stored_state(two_nodes)
+    assert len(stored.nodes) == 2
+    assert len(stored.terminations) == 2 * len(two_nodes.links)  # its links are stored: both ends were read
+
+    with django_assert_num_queries(len(loading_two)):
+        stored = load_stored_state(whole)
+    assert len(stored.nodes) == 16
+    assert len(stored.terminations) == 2 * len(whole.links)
 
 
 def test_a_dry_run_shows_the_real_runs_diff_and_writes_nothing():
@@ -266,6 +287,24 @@ def test_a_database_refusal_halfway_rolls_everything_back():
     ):
         run(small_document())
     assert inventory_rows() == {name: [] for name in inventory_rows()}
+
+
+def test_a_concurrent_writer_that_takes_a_hostname_is_named_without_the_databases_words(caplog):
+    save = Node.save
+
+    def lose_the_race(node, *args, **kwargs):
+        if node.hostname == "gpu-b" and node.pk is None:  # another writer creates it first
+            save(Node(hostname="gpu-b", cluster=node.cluster, node_type=node.node_type))
+        save(node, *args, **kwargs)
+
+    with mock.patch.object(Node, "save", lose_the_race), caplog.at_level("WARNING", "apps.inventory.importer"):
+        issues = problems(small_document())
+
+    assert issues == [
+        "document: the database refused the import, nothing was written: Another node already has this hostname."
+    ]
+    assert not Node.objects.exists()  # nothing was written (the stand-in writer wrote inside the import's transaction)
+    assert "inventory_node" in caplog.text  # the database's own words are in the log
 
 
 # Clear errors ------------------------------------------------------------------------------------

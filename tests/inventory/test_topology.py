@@ -9,6 +9,7 @@ from apps.inventory.bandwidth import theoretical_busbw
 from apps.inventory.choices import LinkState, SwitchTier
 from apps.inventory.models import Link, NetworkPort, Node, NvLink, SwitchPort
 from apps.inventory.models.fabric import trace_port
+from apps.inventory.topology import nvlink_matrix, trace_hops
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -85,14 +86,15 @@ def test_104_nodes_under_a_leaf_and_their_siblings(two_leaves):
 
 def test_105_nvlink_matrix_reads_like_nvidia_smi_topo(two_leaves):
     node = two_leaves["nodes"][0]
-    matrix = node.nvlink_matrix()
+    matrix = nvlink_matrix(node)
     assert matrix["gpu_indices"] == list(range(8))
     assert matrix["labels"][0] == ["X"] + ["NV18"] * 7
     assert matrix["bandwidth_gbs"][3][5] == 900
     link = NvLink.objects.get(gpu_a__node=node, gpu_a__index=3, gpu_b__index=5)
     link.link_state = LinkState.DOWN
     link.save()
-    assert node.nvlink_matrix()["bandwidth_gbs"][5][3] == 0
+    assert nvlink_matrix(node)["bandwidth_gbs"][5][3] == 0
+    assert nvlink_matrix(node)["labels"][5][3] == "NV18"  # the lanes are still cabled
 
 
 def test_106_nvlink_is_stored_as_an_ordered_pair_of_one_node(h100):
@@ -111,7 +113,10 @@ def test_107_trace_goes_from_node_port_to_leaf_and_its_uplinks(two_leaves):
     leaf, spine = two_leaves["leaves"][0], two_leaves["spine"]
     factories.uplink(leaf, spine, count=2)
     port = two_leaves["nodes"][0].ports.get(device_name="mlx5_3")
-    hops = trace_port(port)
+    trace = trace_port(port)
+    assert (trace.switch_port.switch, trace.peer_port) == (leaf, None)
+    assert {uplink._peer_switch_port.switch for uplink in trace.uplinks} == {spine}
+    hops = trace_hops(port)
     assert [h["kind"] for h in hops] == ["network_port", "link", "switch_port", "switch", "uplink", "uplink"]
     assert hops[3]["name"] == leaf.name
     assert all(spine.name in h["name"] for h in hops[4:])
@@ -120,7 +125,65 @@ def test_107_trace_goes_from_node_port_to_leaf_and_its_uplinks(two_leaves):
 def test_108_an_uncabled_port_traces_to_itself(h100):
     cluster, nt = h100
     port = factories.node(cluster, nt).ports.first()
-    assert [h["kind"] for h in trace_port(port)] == ["network_port"]
+    assert trace_port(port).link is None
+    assert [h["kind"] for h in trace_hops(port)] == ["network_port"]
+
+
+def test_109_gpus_no_nvlink_joins_read_sys(h100):
+    cluster, nt = h100
+    node = factories.node(cluster, nt)
+    gpu0, gpu1 = node.gpus.order_by("index")[:2]
+    NvLink.objects.create(gpu_a=gpu0, gpu_b=gpu1, lanes=12, bandwidth_gbs=600)
+
+    grid = node.nvlink_grid()
+    assert (grid.lanes[0][1], grid.lanes[1][0], grid.lanes[0][2], grid.lanes[0][0]) == (12, 12, None, None)
+    assert nvlink_matrix(node)["labels"][0][:3] == ["X", "NV12", "SYS"]
+
+
+def test_110_a_port_cabled_to_another_node_traces_to_that_port(h100):
+    cluster, nt = h100
+    port = factories.node(cluster, nt).ports.get(device_name="mlx5_0")
+    peer = factories.node(cluster, nt).ports.get(device_name="mlx5_0")
+    factories.cable(port, peer)
+    port.refresh_from_db()
+
+    assert trace_port(port).peer_port == peer
+    assert [(h["kind"], h["name"]) for h in trace_hops(port)] == [
+        ("network_port", str(port)),
+        ("link", f"link {port._link_id}"),
+        ("network_port", str(peer)),
+    ]
+
+
+def test_111_the_api_serves_the_matrix_and_the_trace_as_nvidia_smi_and_a_person_read_them(api_client, two_leaves):
+    leaf, spine, node = two_leaves["leaves"][0], two_leaves["spine"], two_leaves["nodes"][0]
+    factories.uplink(leaf, spine, count=1)
+    gpu3, gpu5 = node.gpus.get(index=3), node.gpus.get(index=5)
+    NvLink.objects.filter(gpu_a=gpu3, gpu_b=gpu5).update(link_state=LinkState.DOWN)
+    viewer = api_client("viewer")
+
+    matrix = viewer.get(f"/api/v1/nodes/{node.pk}/nvlink-matrix").json()
+    assert matrix["gpu_indices"] == list(range(8))
+    assert matrix["lanes"][3] == [18, 18, 18, None, 18, 18, 18, 18]
+    assert matrix["bandwidth_gbs"][3] == [900, 900, 900, None, 900, 0, 900, 900]
+    assert matrix["labels"][3] == ["NV18", "NV18", "NV18", "X", "NV18", "NV18", "NV18", "NV18"]
+
+    port = node.ports.get(device_name="mlx5_0")
+    switch_port = port._peer_switch_port
+    uplink = leaf.ports.get(_peer_switch_port__isnull=False)
+    response = viewer.get(f"/api/v1/network-ports/{port.pk}/trace")
+    assert response.json() == [
+        {"kind": "network_port", "id": port.pk, "name": f"{node.hostname}:mlx5_0/1", "detail": "400 Gb/s, active"},
+        {"kind": "link", "id": port._link_id, "name": f"link {port._link_id}", "detail": "connected"},
+        {"kind": "switch_port", "id": switch_port.pk, "name": f"{leaf.name}:p1", "detail": "400 Gb/s"},
+        {"kind": "switch", "id": leaf.pk, "name": leaf.name, "detail": f"leaf in {two_leaves['fabric'].name}"},
+        {
+            "kind": "uplink",
+            "id": uplink.pk,
+            "name": f"{leaf.name}:{uplink.name} → {spine.name}:{uplink._peer_switch_port.name}",
+            "detail": "spine, 400 Gb/s",
+        },
+    ]
 
 
 # Theoretical all-reduce bus bandwidth ------------------------------------------------------------
@@ -199,20 +262,31 @@ def test_208_the_api_shows_the_figure_with_its_inputs(api_client, two_leaves):
     assert body["nodes"][0]["slowest_nic_gbps"] == 400
 
 
+def test_208b_hostnames_may_be_repeated_comma_separated_or_padded(api_client, two_leaves):
+    a, b, c = (node.hostname for node in two_leaves["nodes"][:3])
+    query = f"hostname={a},%20{b},&hostname={c}&hostname="
+    response = api_client("viewer").get(f"/api/v1/fabric/theoretical-busbw?{query}")
+    assert response.status_code == 200, response.content
+    assert {n["hostname"] for n in response.json()["nodes"]} == {a, b, c}
+
+
 @pytest.mark.parametrize(
-    ("query", "message"),
+    ("query", "parameter", "message"),
     [
-        ("hostname=nope", "Unknown hostnames: nope."),
-        ("", "Give hostname=..."),
-        ("cluster=abc", "valid integer"),
-        ("cluster={empty}", "has no node in service"),
+        ("hostname=nope", "hostname", "Unknown hostnames: nope."),
+        ("", "hostname", "Give hostname=... (one or more) or cluster=<id>."),
+        ("hostname=,", "hostname", "Give hostname=... (one or more) or cluster=<id>."),
+        ("cluster=abc", "cluster", "A valid integer is required."),
+        ("cluster=0", "cluster", "No cluster has id 0."),
+        ("cluster={empty}", "cluster", "has no node in service; name the nodes with hostname=... instead."),
     ],
 )
-def test_209_the_api_explains_bad_queries(api_client, two_leaves, query, message):
+def test_209_the_api_explains_bad_queries_naming_the_parameter(api_client, two_leaves, query, parameter, message):
     empty = factories.cluster()
     response = api_client("viewer").get(f"/api/v1/fabric/theoretical-busbw?{query.format(empty=empty.pk)}")
     assert response.status_code == 400
-    assert message in str(response.json())
+    assert list(response.json()) == [parameter]
+    assert message in response.json()[parameter][0]
 
 
 def test_210_link_api_cables_and_refuses_a_busy_port(admin_api, h100):

@@ -8,11 +8,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.accounts.api import serializers as s
+from apps.accounts.api.viewsets import BaseModelViewSet
 from apps.accounts.audit import describe
 from apps.accounts.models import ApiToken, AuditLogEntry, User
 from apps.accounts.permissions import request_role
 from apps.accounts.roles import Role
-from apps.core.api.viewsets import BaseModelViewSet
 
 
 class UserViewSet(BaseModelViewSet):

@@ -1,5 +1,6 @@
 """One error shape for the whole API, and no 500 for a database refusal the client caused."""
 
+import logging
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -7,6 +8,10 @@ from django.db import IntegrityError
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
+
+from apps.core import integrity
+
+logger = logging.getLogger(__name__)
 
 
 class Conflict(exceptions.APIException):
@@ -21,6 +26,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         exc = exceptions.ValidationError(detail)
     elif isinstance(exc, IntegrityError):
         # A unique or foreign-key constraint the serializer could not see in advance (a race
-        # between two writers): the transaction is rolled back, so nothing was half-written.
-        exc = Conflict(f"The database refused the change: {exc}".splitlines()[0])
+        # between two writers): the transaction is rolled back, so nothing was half-written. The
+        # client is told which fields, where the database says; the database's own words (tables,
+        # constraint names, the refused values) go to the log only.
+        view = context.get("view")
+        logger.warning("%s: the database refused a change: %s", type(view).__name__ if view else "API", exc)
+        exc = Conflict(integrity.explain(exc).message())
     return drf_exception_handler(exc, context)

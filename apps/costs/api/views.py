@@ -10,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.core.api.viewsets import BaseModelViewSet
+from apps.accounts.api.viewsets import BaseModelViewSet
 from apps.costs import filtersets, rates
 from apps.costs.api import serializers as s
 from apps.costs.models import EnergyPrice, GpuPrice

@@ -23,6 +23,7 @@ from apps.inventory.choices import Lifecycle, Liveness, SwitchTier
 from apps.inventory.filtersets import NodeFilterSet
 from apps.inventory.models import Cluster, Gpu, NetworkPort, Node, NodeType, Switch
 from apps.inventory.models.nodes import LIFECYCLE_TRANSITIONS, REASON_REQUIRED, NodeQuerySet
+from apps.inventory.topology import nvlink_matrix
 from apps.telemetry import throttle
 from apps.telemetry.models import LatestGpuSample, PortSample
 from apps.telemetry.queries import WINDOWS
@@ -259,8 +260,8 @@ def port_rows(node: Node, now: Any) -> list[PortRow]:
 
 
 def nvlink_rows(node: Node) -> list[dict[str, Any]]:
-    """Node.nvlink_matrix() as table rows: a link with lanes but no bandwidth is down."""
-    matrix = node.nvlink_matrix()
+    """The node's NVLink matrix as table rows: a link with lanes but no bandwidth is down."""
+    matrix = nvlink_matrix(node)
     return [
         {
             "index": index,

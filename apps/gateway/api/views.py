@@ -8,10 +8,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.accounts.api.viewsets import BaseModelViewSet
 from apps.accounts.audit import client_address, describe, record
 from apps.accounts.roles import Role
 from apps.core.api.exceptions import Conflict
-from apps.core.api.viewsets import BaseModelViewSet
 from apps.gateway import filtersets, push
 from apps.gateway.api import serializers as s
 from apps.gateway.enrollment import EnrollmentRefused, enroll

@@ -110,6 +110,12 @@ class NodeSerializer(ValidatedModelSerializer):
             attrs["lifecycle"] = lifecycle
         return attrs
 
+    def create(self, validated_data: dict) -> Node:
+        user = self.context["request"].user
+        return Node.objects.create_new(
+            Node(**validated_data), actor=user.get_username(), user=user, reason="created through the API"
+        )
+
 
 class NodeTransitionSerializer(serializers.ModelSerializer):
     hostname = serializers.CharField(source="node.hostname", read_only=True)
@@ -308,6 +314,40 @@ class NodeBandwidthSerializer(serializers.Serializer):
     slowest_nic_gbps = serializers.IntegerField(allow_null=True)
     network_gbs = serializers.FloatField()
     leaf_switches = serializers.ListField(child=serializers.CharField())
+
+
+class BusBandwidthQuerySerializer(serializers.Serializer):
+    """Which nodes to estimate: named ones, or a cluster's nodes in service. Validated, it holds
+    ``nodes``; the hostnames win when both are given."""
+
+    hostname = serializers.ListField(
+        child=serializers.CharField(allow_blank=True),
+        required=False,
+        help_text="Hostnames (repeat or comma-separate).",
+    )
+    cluster = serializers.IntegerField(required=False, help_text="Every in-service node of this cluster.")
+
+    def validate_hostname(self, values: list[str]) -> list[str]:
+        return [hostname.strip() for value in values for hostname in value.split(",") if hostname.strip()]
+
+    def validate(self, attrs: dict) -> dict:
+        if hostnames := attrs.get("hostname"):
+            nodes = Node.objects.filter(hostname__in=hostnames)
+            missing = sorted(set(hostnames) - set(nodes.values_list("hostname", flat=True)))
+            if missing:
+                raise serializers.ValidationError({"hostname": f"Unknown hostnames: {', '.join(missing)}."})
+        elif "cluster" in attrs:
+            cluster = Cluster.objects.filter(pk=attrs["cluster"]).first()
+            if cluster is None:
+                raise serializers.ValidationError({"cluster": f"No cluster has id {attrs['cluster']}."})
+            nodes = cluster.nodes.filter(lifecycle=Lifecycle.IN_SERVICE)
+            if not nodes.exists():
+                raise serializers.ValidationError(
+                    {"cluster": f"{cluster} has no node in service; name the nodes with hostname=... instead."}
+                )
+        else:
+            raise serializers.ValidationError({"hostname": "Give hostname=... (one or more) or cluster=<id>."})
+        return {"nodes": nodes}
 
 
 class BusBandwidthSerializer(serializers.Serializer):

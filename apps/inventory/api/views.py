@@ -1,17 +1,16 @@
-from django.db.models import Prefetch, QuerySet
-from django.shortcuts import get_object_or_404
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import serializers
+from typing import NamedTuple, TypeVar
+
+from django.db.models import Prefetch
+from drf_spectacular.utils import extend_schema
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.accounts.api.viewsets import BaseModelViewSet
 from apps.accounts.audit import describe
 from apps.accounts.roles import Role
 from apps.core.api.exceptions import Conflict
-from apps.core.api.viewsets import BaseModelViewSet
 from apps.inventory import filtersets
 from apps.inventory.api import serializers as s
 from apps.inventory.bandwidth import theoretical_busbw
@@ -33,7 +32,7 @@ from apps.inventory.models import (
     Switch,
     SwitchPort,
 )
-from apps.inventory.models.fabric import trace_port
+from apps.inventory.topology import nvlink_matrix, trace_hops
 
 
 class ClusterViewSet(BaseModelViewSet):
@@ -63,18 +62,25 @@ class RackViewSet(BaseModelViewSet):
     ordering_fields = ["name"]
 
 
-# Each lifecycle action: the state it moves a node to and the role it needs.
-LIFECYCLE_ACTIONS: dict[str, tuple[str, str]] = {
-    "start_burn_in": (Lifecycle.BURN_IN, Role.OPERATOR),
-    "quarantine": (Lifecycle.QUARANTINED, Role.OPERATOR),
-    "drain": (Lifecycle.DRAINED, Role.OPERATOR),
-    "return_to_service": (Lifecycle.IN_SERVICE, Role.OPERATOR),
-    "retire": (Lifecycle.RETIRED, Role.ADMIN),
-}
+class LifecycleAction(NamedTuple):
+    name: str  # the viewset action; its URL is the name with dashes (``return-to-service``)
+    target: Lifecycle
+    role: Role
 
 
-def lifecycle_action(name: str, target: str) -> object:
-    """A POST action that moves a node to ``target``; the role it needs is in LIFECYCLE_ACTIONS."""
+# The lifecycle actions of /api/v1/nodes/<id>/: where each takes a node and the role it needs.
+LIFECYCLE_ACTIONS = (
+    LifecycleAction("start_burn_in", Lifecycle.BURN_IN, Role.OPERATOR),
+    LifecycleAction("quarantine", Lifecycle.QUARANTINED, Role.OPERATOR),
+    LifecycleAction("drain", Lifecycle.DRAINED, Role.OPERATOR),
+    LifecycleAction("return_to_service", Lifecycle.IN_SERVICE, Role.OPERATOR),
+    LifecycleAction("retire", Lifecycle.RETIRED, Role.ADMIN),
+)
+
+
+def lifecycle_action(lifecycle: LifecycleAction) -> object:
+    """A POST action that moves a node to the action's target."""
+    name, target = lifecycle.name, lifecycle.target
 
     def perform(self: "NodeViewSet", request: Request, pk: str | None = None) -> Response:
         node = self.get_object()
@@ -93,34 +99,29 @@ def lifecycle_action(name: str, target: str) -> object:
     schema = extend_schema(
         request=s.TransitionRequestSerializer,
         responses={200: s.NodeSerializer},
-        summary=f"Move the node to {Lifecycle(target).label.lower()}",
+        summary=f"Move the node to {target.label.lower()}",
         description="Refused with 409 and an explanation when the state machine does not allow it.",
     )
     return schema(route(perform))
 
 
+V = TypeVar("V", bound=type[BaseModelViewSet])
+
+
+def with_lifecycle_actions(viewset: V) -> V:
+    """Give the viewset one action per entry of LIFECYCLE_ACTIONS (the roles are its ``action_roles``)."""
+    for lifecycle in LIFECYCLE_ACTIONS:
+        setattr(viewset, lifecycle.name, lifecycle_action(lifecycle))
+    return viewset
+
+
+@with_lifecycle_actions
 class NodeViewSet(BaseModelViewSet):
     queryset = Node.objects.with_related()
     serializer_class = s.NodeSerializer
     filterset_class = filtersets.NodeFilterSet
     ordering_fields = ["hostname", "lifecycle", "liveness", "last_seen_at", "created_at", "rack_position"]
-    action_roles = {name: role for name, (_, role) in LIFECYCLE_ACTIONS.items()}
-
-    start_burn_in = lifecycle_action("start_burn_in", Lifecycle.BURN_IN)
-    quarantine = lifecycle_action("quarantine", Lifecycle.QUARANTINED)
-    drain = lifecycle_action("drain", Lifecycle.DRAINED)
-    return_to_service = lifecycle_action("return_to_service", Lifecycle.IN_SERVICE)
-    retire = lifecycle_action("retire", Lifecycle.RETIRED)
-
-    def after_create(self, node: Node) -> None:
-        NodeTransition.objects.create(
-            node=node,
-            from_state="",
-            to_state=node.lifecycle,
-            actor=self.request.user.get_username(),
-            user=self.request.user,
-            reason="created through the API",
-        )
+    action_roles = {lifecycle.name: lifecycle.role for lifecycle in LIFECYCLE_ACTIONS}
 
     @extend_schema(responses=s.NodeTransitionSerializer(many=True), summary="Lifecycle history, newest first")
     @action(detail=True, methods=["get"])
@@ -131,7 +132,7 @@ class NodeViewSet(BaseModelViewSet):
     @extend_schema(responses=s.NvLinkMatrixSerializer, summary="NVLink matrix (nvidia-smi topo -m)")
     @action(detail=True, methods=["get"], url_path="nvlink-matrix")
     def nvlink_matrix(self, request: Request, pk: str | None = None) -> Response:
-        return Response(self.get_object().nvlink_matrix())
+        return Response(nvlink_matrix(self.get_object()))
 
     @extend_schema(responses=s.NodeSerializer(many=True), summary="Other nodes under the same leaf switch")
     @action(detail=True, methods=["get"])
@@ -163,7 +164,7 @@ class NetworkPortViewSet(BaseModelViewSet):
     @extend_schema(responses=s.TraceHopSerializer(many=True), summary="Trace the port's path up the fabric")
     @action(detail=True, methods=["get"])
     def trace(self, request: Request, pk: str | None = None) -> Response:
-        return Response(trace_port(self.get_object()))
+        return Response(trace_hops(self.get_object()))
 
 
 class FabricViewSet(BaseModelViewSet):
@@ -215,34 +216,8 @@ class NvLinkViewSet(BaseModelViewSet):
 class BusBandwidthView(APIView):
     """Theoretical all-reduce bus bandwidth of a set of nodes, from the fabric's slowest link."""
 
-    @extend_schema(
-        parameters=[
-            OpenApiParameter(
-                "hostname", OpenApiTypes.STR, many=True, description="Hostnames (repeat or comma-separate)."
-            ),
-            OpenApiParameter("cluster", OpenApiTypes.INT, description="Every in-service node of this cluster."),
-        ],
-        responses=s.BusBandwidthSerializer,
-    )
+    @extend_schema(parameters=[s.BusBandwidthQuerySerializer], responses=s.BusBandwidthSerializer)
     def get(self, request: Request) -> Response:
-        nodes: QuerySet[Node] = Node.objects.none()
-        hostnames = [
-            h.strip() for value in request.query_params.getlist("hostname") for h in value.split(",") if h.strip()
-        ]
-        if hostnames:
-            nodes = Node.objects.filter(hostname__in=hostnames)
-            missing = sorted(set(hostnames) - set(nodes.values_list("hostname", flat=True)))
-            if missing:
-                raise serializers.ValidationError({"hostname": f"Unknown hostnames: {', '.join(missing)}."})
-        elif request.query_params.get("cluster"):
-            cluster = get_object_or_404(
-                Cluster, pk=serializers.IntegerField().to_internal_value(request.query_params["cluster"])
-            )
-            nodes = cluster.nodes.filter(lifecycle=Lifecycle.IN_SERVICE)
-            if not nodes.exists():
-                raise serializers.ValidationError(
-                    {"cluster": f"{cluster} has no node in service; name the nodes with hostname=... instead."}
-                )
-        else:
-            raise serializers.ValidationError({"hostname": "Give hostname=... (one or more) or cluster=<id>."})
-        return Response(theoretical_busbw(nodes).as_dict())
+        query = s.BusBandwidthQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        return Response(theoretical_busbw(query.validated_data["nodes"]).as_dict())

@@ -2,6 +2,7 @@
 
 from datetime import datetime
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import models
 from django.db.models import F
 from django.utils import timezone
@@ -17,7 +18,6 @@ from apps.inventory.models import (
     LinkTermination,
     NetworkPort,
     Node,
-    NodeTransition,
     NodeType,
     NvLink,
     PortTemplate,
@@ -36,7 +36,6 @@ WRITE_ORDER: list[type[models.Model]] = [
     Switch,
     SwitchPort,
     Node,
-    NodeTransition,
     NetworkPort,
     Gpu,
     Link,
@@ -48,7 +47,11 @@ BATCH_SIZE = 500
 PARKING_OFFSET = GPU_INDEX_LIMIT
 
 
-def apply_plan(plan: Plan) -> None:
+IMPORT_REASON = "inventory import"
+
+
+def apply_plan(plan: Plan, *, actor: str, user: AbstractBaseUser | None) -> None:
+    """Write the plan; ``actor`` (and ``user``) are recorded on the history of the nodes it creates."""
     now = timezone.now()
     for model in WRITE_ORDER:
         if model is Gpu:
@@ -56,8 +59,8 @@ def apply_plan(plan: Plan) -> None:
         _update(model, plan.updates.get(model, []), now)
         creates = plan.creates.get(model, [])
         if model is Node:
-            for node in creates:
-                node.save()  # Node.save also creates the ports of the node type's templates
+            for node in creates:  # with the ports of its node type's templates and its first history row
+                Node.objects.create_new(node, actor=actor, user=user, reason=IMPORT_REASON)
         elif model is NetworkPort:
             _create_ports(creates)
         elif model is NvLink:

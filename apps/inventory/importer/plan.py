@@ -1,37 +1,31 @@
-"""From a well-formed document to a plan of rows to create and update (validation layers 2 to 4).
+"""From a well-formed document and the stored rows it names to a plan of rows to create and update
+(validation layers 2 to 4).
 
-The planner loads, in a fixed number of queries, every stored row the document names; resolves the
-references between records (in the file or in the database); finds what the file says twice and
-what contradicts the database; and checks each new or changed row with the model's own field
-validation. It collects every problem before giving up, so one run lists them all.
+Planning is a pure function of the two (``plan_import``): it reads no database (stored.py has
+loaded what it needs) and writes nothing but the plan, whose updates are the stored rows with the
+document's values set on them. It resolves the references between records (in the file or in the
+database); finds what the file says twice and what contradicts the database; and checks each new or
+changed row with the model's own field validation. It collects every problem before giving up, so
+one run lists them all.
 
 Rows are matched by natural key and never deleted. A record's missing fields leave stored values
 alone. A node's ``lifecycle`` is its initial state and applies only when the node is created.
 """
 
-import enum
 import itertools
-from collections import defaultdict
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
-from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
-from django.db import models
-from django.db.models import Q
-
-from apps.inventory.importer.diff import ImportResult, display
-from apps.inventory.importer.errors import ImportFailed, Issue, did_you_mean, record_path
-from apps.inventory.importer.schema import UNSET, Document, LinkEndRecord, NodeRecord, Record
+from apps.inventory.importer.errors import ImportFailed, did_you_mean, record_path
+from apps.inventory.importer.rows import Plan, PlanBuilder, record_values
+from apps.inventory.importer.schema import UNSET, Document, LinkEndRecord, NodeRecord
+from apps.inventory.importer.stored import Port, StoredState, port_key
 from apps.inventory.models import (
     Cluster,
     Fabric,
     Gpu,
     Link,
-    LinkTermination,
     NetworkPort,
     Node,
-    NodeTransition,
     NodeType,
     NvLink,
     PortTemplate,
@@ -40,51 +34,29 @@ from apps.inventory.models import (
     SwitchPort,
 )
 
-M = TypeVar("M", bound=models.Model)
-Port = NetworkPort | SwitchPort
-IMPORT_REASON = "inventory import"
+
+def plan_import(document: Document, stored: StoredState, *, dry_run: bool) -> Plan:
+    """The rows the document creates and updates over the stored state, or ImportFailed with every problem."""
+    return _Planner(document, stored, dry_run=dry_run).make()
 
 
-@dataclass
-class Plan:
-    result: ImportResult
-    creates: dict[type[models.Model], list[models.Model]] = field(default_factory=lambda: defaultdict(list))
-    updates: dict[type[models.Model], list[tuple[models.Model, list[str]]]] = field(
-        default_factory=lambda: defaultdict(list)
-    )
-    link_ends: list[tuple[Link, Port, Port]] = field(default_factory=list)
-
-
-def _values(record: Record, *names: str) -> dict[str, Any]:
-    return {name: getattr(record, name) for name in names}
-
-
-def _port_key(port: Port) -> tuple[str, int]:
-    return ("network" if isinstance(port, NetworkPort) else "switch", port.pk)
-
-
-class Planner:
-    def __init__(self, document: Document, *, dry_run: bool, actor: str, user: models.Model | None) -> None:
+class _Planner:
+    def __init__(self, document: Document, stored: StoredState, *, dry_run: bool) -> None:
         self.doc = document
-        self.actor, self.user = actor, user
-        self.plan = Plan(ImportResult(dry_run=dry_run))
-        self.issues: list[Issue] = []
-        self.first_use: dict[tuple[Any, ...], str] = {}
-        # Records of this file that were refused, as (what, key): references to them add no error.
-        self.refused: set[tuple[str, Any]] = set()
-        # Rows by natural key: as loaded from the database, then as this document makes them.
-        self.clusters: dict[str, Cluster] = {}
-        self.node_types: dict[str, NodeType] = {}
-        self.templates: dict[str, dict[tuple[str, int], PortTemplate]] = {}
-        self.racks: dict[tuple[str, str], Rack] = {}
-        self.fabrics: dict[str, Fabric] = {}
-        self.switches: dict[str, Switch] = {}
+        self.stored = stored
+        self.rows = PlanBuilder(dry_run=dry_run)
+        # Rows by natural key: as stored, then as this document makes them (copies: the stored state
+        # stays as it was loaded).
+        self.clusters = dict(stored.clusters)
+        self.node_types = dict(stored.node_types)
+        self.templates = {name: dict(templates) for name, templates in stored.templates.items()}
+        self.racks = dict(stored.racks)
+        self.fabrics = dict(stored.fabrics)
+        self.switches = dict(stored.switches)
         self.switch_port_rates: dict[str, int] = {}
-        self.switch_ports: dict[tuple[str, str], SwitchPort] = {}
-        self.nodes: dict[str, Node] = {}
-        self.ports: dict[tuple[str, str, int], NetworkPort] = {}
-        self.stored_gpus: dict[str, Gpu] = {}
-        self.stored_nvlinks: dict[frozenset[int], NvLink] = {}
+        self.switch_ports = dict(stored.switch_ports)
+        self.nodes = dict(stored.nodes)
+        self.ports = dict(stored.ports)
         # GPUs by hostname and index as they will be after the import.
         self.gpus_at: dict[str, dict[int, Gpu]] = {}
         self.gpu_paths: dict[tuple[str, int], str] = {}
@@ -92,7 +64,6 @@ class Planner:
         self.uuids_in_file = {gpu.uuid for node in document.nodes for gpu in node.gpus}
 
     def make(self) -> Plan:
-        self._load()
         self._plan_clusters()
         self._plan_node_types()
         self._plan_racks()
@@ -103,155 +74,21 @@ class Planner:
         self._keep_unlisted_gpus()
         self._plan_links()
         self._plan_nvlinks()
-        if self.issues:
-            raise ImportFailed(self.issues)
-        return self.plan
-
-    # Loading what the database has --------------------------------------------------------------
-
-    def _load(self) -> None:
-        doc = self.doc
-        link_ends = [end for link in doc.links for end in (link.a, link.b)]
-        cluster_names = {r.name for r in doc.clusters} | {r.cluster for r in (*doc.racks, *doc.fabrics, *doc.nodes)}
-        self.clusters = {c.name: c for c in Cluster.objects.filter(name__in=cluster_names)}
-
-        node_types = NodeType.objects.filter(
-            name__in={r.name for r in doc.node_types} | {r.node_type for r in doc.nodes}
-        ).prefetch_related("port_templates")
-        self.node_types = {t.name: t for t in node_types}
-        self.templates = {t.name: {(p.device_name, p.port_num): p for p in t.port_templates.all()} for t in node_types}
-
-        rack_names = {r.name for r in doc.racks} | {
-            r.rack for r in (*doc.nodes, *doc.switches) if isinstance(r.rack, str)
-        }
-        racks = Rack.objects.filter(name__in=rack_names).select_related("cluster")
-        self.racks = {(r.cluster.name, r.name): r for r in racks}
-
-        fabric_names = {r.name for r in doc.fabrics} | {r.fabric for r in doc.switches}
-        self.fabrics = {f.name: f for f in Fabric.objects.filter(name__in=fabric_names).select_related("cluster")}
-
-        switch_names = {r.name for r in doc.switches} | {e.switch for e in link_ends if isinstance(e.switch, str)}
-        switches = Switch.objects.filter(name__in=switch_names).select_related("fabric__cluster", "rack__cluster")
-        self.switches = {s.name: s for s in switches}
-        for port in SwitchPort.objects.filter(switch__in=switches).select_related("switch"):
-            self.switch_ports[(port.switch.name, port.name)] = port
-
-        hostnames = (
-            self.hostnames_in_file
-            | {e.node for e in link_ends if isinstance(e.node, str)}
-            | {r.node for r in doc.nvlinks}
-        )
-        nodes = Node.objects.filter(hostname__in=hostnames).select_related("cluster", "node_type", "rack__cluster")
-        self.nodes = {n.hostname: n for n in nodes}
-        by_pk = {n.pk: n for n in nodes}
-        for port in NetworkPort.objects.filter(node__in=nodes):
-            port.node = by_pk[port.node_id]
-            self.ports[(port.node.hostname, port.device_name, port.port_num)] = port
-        for gpu in Gpu.objects.filter(Q(node__in=nodes) | Q(uuid__in=self.uuids_in_file)).select_related("node"):
-            gpu.node = by_pk.get(gpu.node_id, gpu.node)
-            self.stored_gpus[gpu.uuid] = gpu
-        nvlink_nodes = [self.nodes[r.node] for r in doc.nvlinks if r.node in self.nodes]
-        for link in NvLink.objects.filter(_node__in=nvlink_nodes):
-            self.stored_nvlinks[frozenset((link.gpu_a_id, link.gpu_b_id))] = link
-
-    # Helpers -----------------------------------------------------------------------------------------
-
-    def _error(self, path: str, message: str) -> None:
-        self.issues.append(Issue(path, message))
-
-    def _claim(self, key: tuple[Any, ...], path: str, subject: str, field: str = "") -> bool:
-        """True for the first record of the file to use a natural key; a later one is an error (at its
-        ``field``) that names the first record."""
-        first = self.first_use.setdefault(key, path)
-        if first != path:
-            self._error(f"{path}.{field}" if field else path, f"{subject} {first}")
-            return False
-        return True
-
-    def _ref(self, registry: dict[Any, M], key: Any, path: str, what: str) -> M | None:
-        """The row a record refers to, or an error naming the reference (none for a record of this file
-        that was refused: its own error says why, and one mistake should read as one)."""
-        found = registry.get(key)
-        if found is None and (what, key) not in self.refused:
-            known = [k[-1] if isinstance(k, tuple) else k for k in registry]
-            self._error(path, f"no {what} {key!r} in this file or the database{did_you_mean(key, known)}")
-        return found
-
-    def _upsert(
-        self,
-        model: type[M],
-        stored: M | None,
-        key_values: dict[str, Any],
-        values: dict[str, Any],
-        *,
-        key: str,
-        path: str,
-    ) -> M:
-        """The stored row updated with ``values``, or a new one; counted and checked either way.
-        ``key_values`` (the natural key) are set only on a new row: a stored one already has them."""
-        creating = stored is None
-        obj = model() if stored is None else stored
-        given = key_values | values if creating else values
-        changes = self._assign(obj, {k: v for k, v in given.items() if v is not UNSET}, path, creating)
-        if creating or changes:
-            self._full_clean(obj, path, None if creating else changes)
-        if creating:
-            self.plan.creates[model].append(obj)
-        elif changes:
-            self.plan.updates[model].append((obj, list(changes)))
-        action = "create" if creating else "update" if changes else None
-        self.plan.result.record(model._meta.model_name, key, action, changes)
-        return obj
-
-    def _assign(self, obj: models.Model, values: dict[str, Any], path: str, creating: bool) -> dict[str, list[Any]]:
-        changes: dict[str, list[Any]] = {}
-        for name, value in values.items():
-            model_field = obj._meta.get_field(name)
-            if model_field.is_relation:
-                stored_pk = None if creating else getattr(obj, model_field.attname)
-                # A row this import creates has no pk yet: referring to it is always a change.
-                same = stored_pk is None if value is None else value.pk is not None and value.pk == stored_pk
-                if not creating and same:
-                    continue
-                old = getattr(obj, name) if stored_pk is not None else None
-                setattr(obj, name, value)
-            else:
-                try:
-                    value = model_field.to_python(value.value if isinstance(value, enum.Enum) else value)
-                except ValidationError as exc:
-                    self._error(f"{path}.{name}", " ".join(exc.messages))
-                    continue
-                old = None if creating else getattr(obj, model_field.attname)
-                if not creating and value == old:
-                    continue
-                setattr(obj, model_field.attname, value)
-            changes[name] = [display(old), display(value)]
-        return changes
-
-    def _full_clean(self, obj: models.Model, path: str, changed: Iterable[str] | None) -> None:
-        """The model's field validation (formats, lengths, ranges) on the fields this import sets.
-        References and uniqueness are the planner's own checks, made against the file as a whole."""
-        concrete = obj._meta.concrete_fields
-        exclude = {f.name for f in concrete if f.is_relation}
-        if changed is not None:
-            exclude |= {f.name for f in concrete} - set(changed)
-        try:
-            obj.full_clean(exclude=exclude, validate_unique=False, validate_constraints=False)
-        except ValidationError as exc:
-            for name, messages in exc.message_dict.items():
-                self._error(path if name == NON_FIELD_ERRORS else f"{path}.{name}", " ".join(messages))
+        if self.rows.issues:
+            raise ImportFailed(self.rows.issues)
+        return self.rows.plan
 
     # Sections ----------------------------------------------------------------------------------------
 
     def _plan_clusters(self) -> None:
         for index, record in enumerate(self.doc.clusters):
             path = record_path("clusters", index, record.name)
-            if self._claim(("cluster", record.name), path, f"{record.name} is also described by", "name"):
-                self.clusters[record.name] = self._upsert(
+            if self.rows.claim(("cluster", record.name), path, f"{record.name} is also described by", "name"):
+                self.clusters[record.name] = self.rows.upsert(
                     Cluster,
                     self.clusters.get(record.name),
                     {"name": record.name},
-                    _values(record, "description", "site"),
+                    record_values(record, "description", "site"),
                     key=record.name,
                     path=path,
                 )
@@ -259,13 +96,13 @@ class Planner:
     def _plan_node_types(self) -> None:
         for index, record in enumerate(self.doc.node_types):
             path = record_path("node_types", index, record.name)
-            if not self._claim(("node_type", record.name), path, f"{record.name} is also described by", "name"):
+            if not self.rows.claim(("node_type", record.name), path, f"{record.name} is also described by", "name"):
                 continue
-            node_type = self._upsert(
+            node_type = self.rows.upsert(
                 NodeType,
                 self.node_types.get(record.name),
                 {"name": record.name},
-                _values(
+                record_values(
                     record,
                     "gpu_model",
                     "gpus_per_node",
@@ -285,12 +122,12 @@ class Planner:
                 t_path = f"{path}.port_templates[{t_index}]"
                 port = (template.device_name, template.port_num)
                 label = f"{template.device_name}/{template.port_num}"
-                if self._claim(("template", record.name, *port), t_path, f"{label} is also described by"):
-                    templates[port] = self._upsert(
+                if self.rows.claim(("template", record.name, *port), t_path, f"{label} is also described by"):
+                    templates[port] = self.rows.upsert(
                         PortTemplate,
                         templates.get(port),
                         {"node_type": node_type, "device_name": template.device_name, "port_num": template.port_num},
-                        _values(template, "kind", "rate_gbps"),
+                        record_values(template, "kind", "rate_gbps"),
                         key=f"{record.name} {label}",
                         path=t_path,
                     )
@@ -300,17 +137,17 @@ class Planner:
             path = record_path("racks", index, record.name)
             key = (record.cluster, record.name)
             subject = f"rack {record.name} of {record.cluster} is also described by"
-            if not self._claim(("rack", *key), path, subject, "name"):
+            if not self.rows.claim(("rack", *key), path, subject, "name"):
                 continue
-            cluster = self._ref(self.clusters, record.cluster, f"{path}.cluster", "cluster")
+            cluster = self.rows.ref(self.clusters, record.cluster, f"{path}.cluster", "cluster")
             if cluster is None:
-                self.refused.add(("rack", key))
+                self.rows.refused.add(("rack", key))
             else:
-                self.racks[key] = self._upsert(
+                self.racks[key] = self.rows.upsert(
                     Rack,
                     self.racks.get(key),
                     {"cluster": cluster, "name": record.name},
-                    _values(record, "location", "power_budget_kw"),
+                    record_values(record, "location", "power_budget_kw"),
                     key=f"{record.cluster}/{record.name}",
                     path=path,
                 )
@@ -318,19 +155,19 @@ class Planner:
     def _plan_fabrics(self) -> None:
         for index, record in enumerate(self.doc.fabrics):
             path = record_path("fabrics", index, record.name)
-            if not self._claim(("fabric", record.name), path, f"{record.name} is also described by", "name"):
+            if not self.rows.claim(("fabric", record.name), path, f"{record.name} is also described by", "name"):
                 continue
-            cluster = self._ref(self.clusters, record.cluster, f"{path}.cluster", "cluster")
+            cluster = self.rows.ref(self.clusters, record.cluster, f"{path}.cluster", "cluster")
             if cluster is None:
-                self.refused.add(("fabric", record.name))
+                self.rows.refused.add(("fabric", record.name))
             else:
-                self.fabrics[record.name] = self._upsert(
+                self.fabrics[record.name] = self.rows.upsert(
                     Fabric,
                     self.fabrics.get(record.name),
                     {"name": record.name},
                     {
                         "cluster": cluster,
-                        **_values(record, "kind", "topology", "oversubscription_ratio", "description"),
+                        **record_values(record, "kind", "topology", "oversubscription_ratio", "description"),
                     },
                     key=record.name,
                     path=path,
@@ -341,26 +178,26 @@ class Planner:
         if not isinstance(name, str):
             return name
         rack = self.racks.get((cluster.name, name))
-        if rack is None and ("rack", (cluster.name, name)) not in self.refused:
+        if rack is None and ("rack", (cluster.name, name)) not in self.rows.refused:
             known = [rack_name for cluster_name, rack_name in self.racks if cluster_name == cluster.name]
-            self._error(path, f"no rack {name!r} in cluster {cluster.name}{did_you_mean(name, known)}")
+            self.rows.error(path, f"no rack {name!r} in cluster {cluster.name}{did_you_mean(name, known)}")
         return rack
 
     def _plan_switches(self) -> None:
         for index, record in enumerate(self.doc.switches):
             path = record_path("switches", index, record.name)
-            if not self._claim(("switch", record.name), path, f"{record.name} is also described by", "name"):
+            if not self.rows.claim(("switch", record.name), path, f"{record.name} is also described by", "name"):
                 continue
-            fabric = self._ref(self.fabrics, record.fabric, f"{path}.fabric", "fabric")
+            fabric = self.rows.ref(self.fabrics, record.fabric, f"{path}.fabric", "fabric")
             rack = self._rack(fabric.cluster, record.rack, f"{path}.rack") if fabric else None
             if fabric is None or (rack is None and record.rack is not None):
-                self.refused.add(("switch", record.name))
+                self.rows.refused.add(("switch", record.name))
                 continue
-            switch = self._upsert(
+            switch = self.rows.upsert(
                 Switch,
                 self.switches.get(record.name),
                 {"name": record.name},
-                {"fabric": fabric, "rack": rack, **_values(record, "tier", "model", "management_address")},
+                {"fabric": fabric, "rack": rack, **record_values(record, "tier", "model", "management_address")},
                 key=record.name,
                 path=path,
             )
@@ -370,19 +207,19 @@ class Planner:
             for p_index, port in enumerate(record.ports):
                 p_path = f"{path}.ports[{p_index}]"
                 key = (record.name, port.name)
-                if not self._claim(("switch_port", *key), p_path, f"{port.name} is also described by", "name"):
+                if not self.rows.claim(("switch_port", *key), p_path, f"{port.name} is also described by", "name"):
                     continue
                 stored = self.switch_ports.get(key)
-                values = _values(port, "rate_gbps", "link_state")
+                values = record_values(port, "rate_gbps", "link_state")
                 if stored is None and port.rate_gbps is UNSET:
                     if record.name not in self.switch_port_rates:
-                        self._error(
+                        self.rows.error(
                             f"{p_path}.rate_gbps", "required for a new port (or give the switch port_rate_gbps)"
                         )
-                        self.refused.add(("switch port", key))
+                        self.rows.refused.add(("switch port", key))
                         continue
                     values["rate_gbps"] = self.switch_port_rates[record.name]
-                self.switch_ports[key] = self._upsert(
+                self.switch_ports[key] = self.rows.upsert(
                     SwitchPort,
                     stored,
                     {"switch": switch, "name": port.name},
@@ -395,35 +232,24 @@ class Planner:
 
     def _plan_node(self, index: int, record: NodeRecord) -> None:
         path = record_path("nodes", index, record.hostname)
-        if not self._claim(("node", record.hostname), path, f"{record.hostname} is also described by", "hostname"):
+        if not self.rows.claim(("node", record.hostname), path, f"{record.hostname} is also described by", "hostname"):
             return
-        cluster = self._ref(self.clusters, record.cluster, f"{path}.cluster", "cluster")
-        node_type = self._ref(self.node_types, record.node_type, f"{path}.node_type", "node type")
+        cluster = self.rows.ref(self.clusters, record.cluster, f"{path}.cluster", "cluster")
+        node_type = self.rows.ref(self.node_types, record.node_type, f"{path}.node_type", "node type")
         rack = self._rack(cluster, record.rack, f"{path}.rack") if cluster else None
         if cluster is None or node_type is None or (rack is None and record.rack is not None):
-            self.refused.add(("node", record.hostname))
+            self.rows.refused.add(("node", record.hostname))
             return
         stored = self.nodes.get(record.hostname)
         values = {
             "cluster": cluster,
             "node_type": node_type,
             "rack": rack,
-            **_values(record, "rack_position", "management_address", "serial"),
+            **record_values(record, "rack_position", "management_address", "serial"),
         }
         key_values = {"hostname": record.hostname, "lifecycle": record.lifecycle}
-        node = self._upsert(Node, stored, key_values, values, key=record.hostname, path=path)
+        node = self.rows.upsert(Node, stored, key_values, values, key=record.hostname, path=path)
         self.nodes[record.hostname] = node
-        if stored is None:
-            self.plan.creates[NodeTransition].append(
-                NodeTransition(
-                    node=node,
-                    from_state="",
-                    to_state=record.lifecycle.value,
-                    actor=self.actor,
-                    user=self.user,
-                    reason=IMPORT_REASON,
-                )
-            )
         self._plan_ports(node, record, path, creating=stored is None)
         self._plan_gpus(node, record, path)
 
@@ -441,8 +267,8 @@ class Planner:
             p_path = f"{path}.ports[{p_index}]"
             key = (port.device_name, port.port_num)
             subject = f"{port.device_name}/{port.port_num} is also described by"
-            if self._claim(("port", hostname, *key), p_path, subject):
-                listed[key] = (p_path, _values(port, "kind", "rate_gbps", "link_state", "guid", "mac"))
+            if self.rows.claim(("port", hostname, *key), p_path, subject):
+                listed[key] = (p_path, record_values(port, "kind", "rate_gbps", "link_state", "guid", "mac"))
         for key in [*templates, *(k for k in listed if k not in templates)] if creating else list(listed):
             p_path, given = listed.get(key, (path, {}))
             stored = None if creating else self.ports.get((hostname, *key))
@@ -450,14 +276,14 @@ class Planner:
                 name: value for name, value in given.items() if value is not UNSET
             }
             if stored is None and not {"kind", "rate_gbps"} <= values.keys():
-                self._error(
+                self.rows.error(
                     p_path,
                     f"{key[0]}/{key[1]} is not a port of {hostname} or its node type {record.node_type}; "
                     "kind and rate_gbps are needed to add it",
                 )
-                self.refused.add(("port", (hostname, *key)))
+                self.rows.refused.add(("port", (hostname, *key)))
                 continue
-            self.ports[(hostname, *key)] = self._upsert(
+            self.ports[(hostname, *key)] = self.rows.upsert(
                 NetworkPort,
                 stored,
                 {"node": node, "device_name": key[0], "port_num": key[1]},
@@ -471,27 +297,27 @@ class Planner:
         placed = self.gpus_at.setdefault(hostname, {})
         for g_index, gpu in enumerate(record.gpus):
             g_path = f"{path}.gpus[{g_index}]"
-            fresh_uuid = self._claim(("gpu", gpu.uuid), g_path, f"{gpu.uuid} is also used by", "uuid")
-            fresh_index = self._claim(
+            fresh_uuid = self.rows.claim(("gpu", gpu.uuid), g_path, f"{gpu.uuid} is also used by", "uuid")
+            fresh_index = self.rows.claim(
                 ("gpu_index", hostname, gpu.index), g_path, f"index {gpu.index} is also used by", "index"
             )
             if not (fresh_uuid and fresh_index):
-                self.refused.add(("gpus", hostname))
+                self.rows.refused.add(("gpus", hostname))
                 continue
-            stored = self.stored_gpus.get(gpu.uuid)
+            stored = self.stored.gpus.get(gpu.uuid)
             conflict = self._move_conflict(stored, hostname) if stored is not None else None
             if conflict:
-                self._error(f"{g_path}.uuid", conflict)
-                self.refused.add(("gpus", hostname))
+                self.rows.error(f"{g_path}.uuid", conflict)
+                self.rows.refused.add(("gpus", hostname))
                 continue
             values = {
                 "node": node,
                 "index": gpu.index,
-                **_values(gpu, "model", "serial", "memory_mib", "pci_bus_id", "state"),
+                **record_values(gpu, "model", "serial", "memory_mib", "pci_bus_id", "state"),
             }
             if stored is None and gpu.model is UNSET:
                 values["model"] = node.node_type.gpu_model  # what NVML will report for this node type
-            placed[gpu.index] = self._upsert(Gpu, stored, {"uuid": gpu.uuid}, values, key=gpu.uuid, path=g_path)
+            placed[gpu.index] = self.rows.upsert(Gpu, stored, {"uuid": gpu.uuid}, values, key=gpu.uuid, path=g_path)
             self.gpu_paths[(hostname, gpu.index)] = g_path
 
     def _move_conflict(self, stored: Gpu, hostname: str) -> str | None:
@@ -505,7 +331,7 @@ class Planner:
                 f"{stored.uuid} is gpu{stored.index} of {owner} in the database, and {owner} is not in this file; "
                 f"if the GPU really moved, describe {owner} too, otherwise correct the UUID"
             )
-        if NvLink.objects.filter(Q(gpu_a=stored) | Q(gpu_b=stored)).exists():
+        if stored.pk in self.stored.gpus_with_nvlinks:
             return (
                 f"{stored.uuid} would move from {owner} to {hostname}, but it has NVLinks on {owner}; an import "
                 "never deletes them: delete them first if the GPU really moved"
@@ -515,13 +341,13 @@ class Planner:
     def _keep_unlisted_gpus(self) -> None:
         """A stored GPU the file does not list stays where it is (imports never delete), so its index
         is taken: a file that puts another GPU there is refused with both UUIDs named."""
-        for gpu in self.stored_gpus.values():
+        for gpu in self.stored.gpus.values():
             hostname = gpu.node.hostname
             if gpu.uuid in self.uuids_in_file or hostname not in self.hostnames_in_file:
                 continue
             newcomer = self.gpus_at.setdefault(hostname, {}).setdefault(gpu.index, gpu)
             if newcomer is not gpu:
-                self._error(
+                self.rows.error(
                     f"{self.gpu_paths[(hostname, gpu.index)]}.index",
                     f"gpu{gpu.index} of {hostname} is {gpu.uuid} in the database, which this file does not list; "
                     "an import never deletes: remove the old GPU first if it was replaced, or correct the index",
@@ -531,7 +357,7 @@ class Planner:
         """The node's GPUs by index after the import (for a node the file does not describe: as stored,
         less any GPU the file moves elsewhere)."""
         if hostname not in self.gpus_at:
-            stored = [g for g in self.stored_gpus.values() if g.node.hostname == hostname]
+            stored = [g for g in self.stored.gpus.values() if g.node.hostname == hostname]
             self.gpus_at[hostname] = {g.index: g for g in stored if g.uuid not in self.uuids_in_file}
         return self.gpus_at[hostname]
 
@@ -541,16 +367,16 @@ class Planner:
         """The port a link end names; for a switch port the file does not list and the database does
         not have, the switch and the name to create it with."""
         if isinstance(end.node, str):
-            if self._ref(self.nodes, end.node, f"{path}.node", "node") is None:
+            if self.rows.ref(self.nodes, end.node, f"{path}.node", "node") is None:
                 return None
-            port_num = 1 if end.port_num is UNSET else end.port_num
+            port_num = end.node_port_num
             port = self.ports.get((end.node, end.port, port_num))
-            if port is None and ("port", (end.node, end.port, port_num)) not in self.refused:
+            if port is None and ("port", (end.node, end.port, port_num)) not in self.rows.refused:
                 ports = ", ".join(sorted(f"{d}/{n}" for h, d, n in self.ports if h == end.node)) or "none"
-                self._error(f"{path}.port", f"{end.node} has no port {end.port}/{port_num}; its ports: {ports}")
+                self.rows.error(f"{path}.port", f"{end.node} has no port {end.port}/{port_num}; its ports: {ports}")
             return port
-        switch = self._ref(self.switches, end.switch, f"{path}.switch", "switch")
-        if switch is None or ("switch port", (switch.name, end.port)) in self.refused:
+        switch = self.rows.ref(self.switches, end.switch, f"{path}.switch", "switch")
+        if switch is None or ("switch port", (switch.name, end.port)) in self.rows.refused:
             return None
         return self.switch_ports.get((switch.name, end.port)) or (switch, end.port)
 
@@ -561,13 +387,13 @@ class Planner:
             return self.switch_ports[(switch.name, name)]
         rate = other.rate_gbps if isinstance(other, NetworkPort) else self.switch_port_rates.get(switch.name)
         if rate is None:
-            self._error(
+            self.rows.error(
                 path,
                 f"{switch.name}:{name} does not exist; list it under the switch's ports with its rate_gbps, "
                 "or give the switch port_rate_gbps",
             )
             return None
-        port = self._upsert(
+        port = self.rows.upsert(
             SwitchPort,
             None,
             {"switch": switch, "name": name, "rate_gbps": rate},
@@ -595,45 +421,33 @@ class Planner:
                 continue
             a, b = ends
             if a is b:
-                self._error(path, f"a link cannot join {a} to itself")
+                self.rows.error(path, f"a link cannot join {a} to itself")
                 continue
             # Each port is one instance in the registries, so its identity stands for it.
             claims = [
-                self._claim(("cabled", id(p)), path, f"{p} is also cabled by", s)
+                self.rows.claim(("cabled", id(p)), path, f"{p} is also cabled by", s)
                 for s, p in zip("ab", ends, strict=True)
             ]
             if all(claims):
                 cabled.append((path, record, a, b))
 
-        stored_ports = [p for _, _, a, b in cabled for p in (a, b) if p.pk is not None]
-        network_ids = [p.pk for p in stored_ports if isinstance(p, NetworkPort)]
-        switch_ids = [p.pk for p in stored_ports if isinstance(p, SwitchPort)]
-        on_links = LinkTermination.objects.filter(Q(network_port_id__in=network_ids) | Q(switch_port_id__in=switch_ids))
-        terminations = LinkTermination.objects.filter(link__in=on_links.values("link")).select_related(
-            "link", "network_port__node", "switch_port__switch"
-        )
-        ends_of_link: dict[int, list[LinkTermination]] = defaultdict(list)
-        termination_of: dict[tuple[str, int], LinkTermination] = {}
-        for termination in terminations:
-            ends_of_link[termination.link_id].append(termination)
-            termination_of[_port_key(termination.endpoint)] = termination
-
         for path, record, a, b in cabled:
-            held = [termination_of.get(_port_key(p)) if p.pk is not None else None for p in (a, b)]
-            values = _values(record, "status", "label", "cable_type")
+            held = [self.stored.terminations.get(port_key(p)) if p.pk is not None else None for p in (a, b)]
+            values = record_values(record, "status", "label", "cable_type")
             key = f"{a} ↔ {b}"
             if held == [None, None]:
-                link = self._upsert(Link, None, {}, values, key=key, path=path)
-                self.plan.link_ends.append((link, a, b))
+                link = self.rows.upsert(Link, None, {}, values, key=key, path=path)
+                self.rows.plan.link_ends.append((link, a, b))
             elif None not in held and held[0].link_id == held[1].link_id:
-                self._upsert(Link, held[0].link, {}, values, key=key, path=path)
+                self.rows.upsert(Link, held[0].link, {}, values, key=key, path=path)
             else:
                 for side, port, termination in zip("ab", (a, b), held, strict=True):
                     if termination is None:
                         continue
-                    peers = [t.endpoint for t in ends_of_link[termination.link_id] if t.pk != termination.pk]
+                    ends = self.stored.link_ends[termination.link_id]
+                    peers = [t.endpoint for t in ends if t.pk != termination.pk]
                     peer = peers[0] if peers else "nothing"
-                    self._error(
+                    self.rows.error(
                         f"{path}.{side}",
                         f"{port} is cabled to {peer} in the database (link {termination.link_id}); an import never "
                         f"re-cables: delete link {termination.link_id} first if the cable really moved",
@@ -642,33 +456,35 @@ class Planner:
     def _plan_nvlinks(self) -> None:
         for index, record in enumerate(self.doc.nvlinks):
             path = record_path("nvlinks", index, record.node)
-            node = self._ref(self.nodes, record.node, f"{path}.node", "node")
-            if node is None or ("gpus", record.node) in self.refused:
+            node = self.rows.ref(self.nodes, record.node, f"{path}.node", "node")
+            if node is None or ("gpus", record.node) in self.rows.refused:
                 continue
             gpus = self._gpus_of(record.node)
             if record.mesh:
                 pairs = list(itertools.combinations(sorted(gpus), 2))
                 if not pairs:
-                    self._error(f"{path}.mesh", f"{record.node} has fewer than two GPUs in this file or the database")
+                    self.rows.error(
+                        f"{path}.mesh", f"{record.node} has fewer than two GPUs in this file or the database"
+                    )
             else:
                 missing = [i for i in record.gpus if i not in gpus]
                 if missing:
-                    self._error(
+                    self.rows.error(
                         f"{path}.gpus", f"{record.node} has no GPU with index {missing[0]}; it has {sorted(gpus)}"
                     )
                     continue
                 pairs = [tuple(sorted(record.gpus))]
             for a, b in pairs:
                 subject = f"NVLink gpu{a} ↔ gpu{b} of {record.node} is also described by"
-                if not self._claim(("nvlink", record.node, a, b), path, subject):
+                if not self.rows.claim(("nvlink", record.node, a, b), path, subject):
                     continue
                 gpu_a, gpu_b = gpus[a], gpus[b]
-                stored = self.stored_nvlinks.get(frozenset((gpu_a.pk, gpu_b.pk))) if gpu_a.pk and gpu_b.pk else None
-                self._upsert(
+                stored = self.stored.nvlinks.get(frozenset((gpu_a.pk, gpu_b.pk))) if gpu_a.pk and gpu_b.pk else None
+                self.rows.upsert(
                     NvLink,
                     stored,
                     {"gpu_a": gpu_a, "gpu_b": gpu_b},
-                    _values(record, "lanes", "bandwidth_gbs", "link_state"),
+                    record_values(record, "lanes", "bandwidth_gbs", "link_state"),
                     key=f"{record.node} gpu{a} ↔ gpu{b}",
                     path=path,
                 )

@@ -161,6 +161,11 @@ class LinkEndRecord(Record, kw_only=True):
     def label(self) -> str:
         return end_label(self.node, self.switch, self.port, self.port_num) or ""
 
+    @property
+    def node_port_num(self) -> int:
+        """The port number of a node port, which a record may leave out for port 1."""
+        return 1 if self.port_num is UNSET else self.port_num
+
 
 class LinkRecord(Record, kw_only=True):
     a: LinkEndRecord

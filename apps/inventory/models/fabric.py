@@ -6,6 +6,8 @@ second kind of link (NvLink) between two GPUs of one node, with its lane count a
 Both answer ``gbs_per_direction`` and ``is_up``, which is all the bandwidth arithmetic needs.
 """
 
+from dataclasses import dataclass, field
+
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
@@ -211,61 +213,32 @@ class NvLink(models.Model):
         return self.link_state == LinkState.ACTIVE
 
 
-def trace_port(port: NetworkPort) -> list[dict[str, object]]:
-    """The path from a node's port up the fabric: port, cable, switch port, switch, and that
-    switch's uplinks to the next tier (the way a packet leaves the node)."""
-    hops: list[dict[str, object]] = [
-        {
-            "kind": "network_port",
-            "id": port.pk,
-            "name": str(port),
-            "detail": f"{port.rate_gbps} Gb/s, {port.link_state}",
-        }
-    ]
+@dataclass
+class PortTrace:
+    """Where a node's port leads: its cable, and at the cable's far end either another node's port,
+    or a switch port with its switch and that switch's uplinks to the next tier (the way a packet
+    leaves the node). What is not reached is None (an uncabled port has only itself)."""
+
+    port: NetworkPort
+    link: Link | None = None
+    peer_port: NetworkPort | None = None
+    switch_port: SwitchPort | None = None
+    uplinks: list[SwitchPort] = field(default_factory=list)  # each with its _peer_switch_port's switch
+
+
+def trace_port(port: NetworkPort) -> PortTrace:
+    """The path from a node's port up the fabric: at most four queries."""
+    trace = PortTrace(port)
     if port._link_id is None:
-        return hops
-    link = Link.objects.get(pk=port._link_id)
-    hops.append(
-        {
-            "kind": "link",
-            "id": link.pk,
-            "name": link.label or f"link {link.pk}",
-            "detail": f"{link.status} {link.cable_type}".strip(),
-        }
-    )
+        return trace
+    trace.link = Link.objects.get(pk=port._link_id)
     if port._peer_network_port_id:
-        peer = NetworkPort.objects.select_related("node").get(pk=port._peer_network_port_id)
-        hops.append(
-            {
-                "kind": "network_port",
-                "id": peer.pk,
-                "name": str(peer),
-                "detail": f"{peer.rate_gbps} Gb/s, {peer.link_state}",
-            }
+        trace.peer_port = NetworkPort.objects.select_related("node").get(pk=port._peer_network_port_id)
+    elif port._peer_switch_port_id is not None:
+        trace.switch_port = SwitchPort.objects.select_related("switch__fabric").get(pk=port._peer_switch_port_id)
+        trace.uplinks = list(
+            trace.switch_port.switch.ports.filter(_peer_switch_port__isnull=False).select_related(
+                "_peer_switch_port__switch"
+            )
         )
-        return hops
-    if port._peer_switch_port_id is None:
-        return hops
-    switch_port = SwitchPort.objects.select_related("switch__fabric").get(pk=port._peer_switch_port_id)
-    switch = switch_port.switch
-    hops.append(
-        {
-            "kind": "switch_port",
-            "id": switch_port.pk,
-            "name": str(switch_port),
-            "detail": f"{switch_port.rate_gbps} Gb/s",
-        }
-    )
-    hops.append({"kind": "switch", "id": switch.pk, "name": switch.name, "detail": f"{switch.tier} in {switch.fabric}"})
-    uplinks = switch.ports.filter(_peer_switch_port__isnull=False).select_related("_peer_switch_port__switch")
-    for uplink in uplinks:
-        peer_switch = uplink._peer_switch_port.switch
-        hops.append(
-            {
-                "kind": "uplink",
-                "id": uplink.pk,
-                "name": f"{uplink} → {uplink._peer_switch_port}",
-                "detail": f"{peer_switch.tier}, {uplink.rate_gbps} Gb/s",
-            }
-        )
-    return hops
+    return trace

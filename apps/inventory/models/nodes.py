@@ -1,3 +1,6 @@
+from dataclasses import dataclass
+from datetime import datetime
+
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.validators import RegexValidator
@@ -26,7 +29,47 @@ class IllegalTransition(Exception):
     """A lifecycle change the state machine forbids, or one that lost a race with another."""
 
 
+@dataclass(frozen=True)
+class NvLinkGrid:
+    """A node's GPU pairs, by position in ``gpu_indices``: the NVLink lanes between them and its
+    bandwidth in GB/s (0 while the link is down); None for a pair no NVLink joins, and on the diagonal."""
+
+    gpu_indices: list[int]
+    lanes: list[list[int | None]]
+    bandwidth_gbs: list[list[int | None]]
+
+
 class NodeQuerySet(models.QuerySet["Node"]):
+    def create_new(
+        self,
+        node: "Node",
+        *,
+        actor: str,
+        reason: str,
+        user: AbstractBaseUser | None = None,
+        at: datetime | None = None,
+    ) -> "Node":
+        """Write a node that is not yet saved, with its node type's ports, and the first row of its
+        lifecycle history (from nothing to its initial state): the one way every path (the API, an
+        agent's enrollment, an inventory import) brings a node into the inventory.
+
+        Auditing stays with the caller, because each path audits at its own grain: the API request
+        (its middleware), the enrollment (its refusals and issued credential), the import (one
+        entry for the whole document).
+        """
+        with transaction.atomic():
+            node.save(force_insert=True)
+            NodeTransition.objects.create(
+                node=node,
+                from_state="",
+                to_state=node.lifecycle,
+                actor=actor,
+                user=user,
+                reason=reason,
+                at=at or timezone.now(),
+            )
+        return node
+
     def with_related(self) -> "NodeQuerySet":
         """Everything a list of nodes shows, in a fixed number of queries whatever its length."""
         return self.select_related("cluster", "node_type", "rack").annotate(gpu_count=Count("gpus", distinct=True))
@@ -159,23 +202,19 @@ class Node(models.Model):
             .distinct()
         )
 
-    def nvlink_matrix(self) -> dict[str, object]:
-        """GPU-by-GPU NVLink lanes and bandwidth, like ``nvidia-smi topo -m`` (NV18 = 18 lanes)."""
+    def nvlink_grid(self) -> NvLinkGrid:
+        """The NVLinks between the node's GPUs, pair by pair: two queries."""
         from apps.inventory.models.fabric import NvLink
 
         indices = list(self.gpus.order_by("index").values_list("index", flat=True))
         position = {index: i for i, index in enumerate(indices)}
-        lanes = [[None] * len(indices) for _ in indices]
-        bandwidth = [[None] * len(indices) for _ in indices]
+        lanes: list[list[int | None]] = [[None] * len(indices) for _ in indices]
+        bandwidth: list[list[int | None]] = [[None] * len(indices) for _ in indices]
         for link in NvLink.objects.filter(_node=self).select_related("gpu_a", "gpu_b"):
             i, j = position[link.gpu_a.index], position[link.gpu_b.index]
             lanes[i][j] = lanes[j][i] = link.lanes
             bandwidth[i][j] = bandwidth[j][i] = link.bandwidth_gbs if link.is_up else 0
-        labels = [
-            ["X" if i == j else (f"NV{lanes[i][j]}" if lanes[i][j] else "SYS") for j in range(len(indices))]
-            for i in range(len(indices))
-        ]
-        return {"gpu_indices": indices, "lanes": lanes, "bandwidth_gbs": bandwidth, "labels": labels}
+        return NvLinkGrid(indices, lanes, bandwidth)
 
 
 class NodeTransition(models.Model):

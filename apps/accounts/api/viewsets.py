@@ -1,5 +1,11 @@
 """The one base class every API viewset builds on (compare NetBox's netbox/api/viewsets): role
-checks, atomic writes, and an audit description of every change."""
+checks, atomic writes, and an audit description of every change.
+
+It lives here rather than in apps/core because what it adds to DRF is this app's: the roles
+(RolePermission reads ``read_role``, ``write_role`` and ``action_roles``) and the audit log
+(``describe``). apps/core stays the bottom layer, importing no other app; the domain apps' API
+views build on this class, as they already check roles and audit through this app.
+"""
 
 from typing import Any
 
@@ -7,30 +13,8 @@ from django.db import models, transaction
 from django.db.models import ProtectedError
 from rest_framework import serializers, viewsets
 
-from apps.accounts.audit import describe
+from apps.accounts.audit import changed_fields, describe, field_values, redact
 from apps.core.api.exceptions import Conflict
-
-REDACTED = "(redacted)"
-
-
-def changed_fields(
-    before: dict[str, Any], after: dict[str, Any], redacted: frozenset[str] = frozenset()
-) -> dict[str, list[Any]]:
-    """``{field: [before, after]}`` for the fields that changed; a redacted field says only that it changed."""
-    return {
-        name: [REDACTED, REDACTED] if name in redacted else [before.get(name), value]
-        for name, value in after.items()
-        if before.get(name) != value
-    }
-
-
-def field_values(obj: models.Model) -> dict[str, Any]:
-    """Concrete, editable field values in JSON-safe form, for the audit log's before/after."""
-    return {f.attname: f.value_to_string(obj) for f in obj._meta.concrete_fields if f.editable and not f.primary_key}
-
-
-def redact(values: dict[str, Any], redacted: frozenset[str]) -> dict[str, Any]:
-    return {name: REDACTED if name in redacted else value for name, value in values.items()}
 
 
 class BaseModelViewSet(viewsets.ModelViewSet):
@@ -55,13 +39,9 @@ class BaseModelViewSet(viewsets.ModelViewSet):
         """The object as a GET would return it (with the queryset's annotations), for the response."""
         return self.get_queryset().get(pk=obj.pk)
 
-    def after_create(self, obj: models.Model) -> None:
-        """Hook for rows that must be written with the new object, in its transaction."""
-
     def perform_create(self, serializer: serializers.BaseSerializer) -> None:
         with transaction.atomic():
             obj = serializer.save()
-            self.after_create(obj)
         describe(self.request, f"{self.audit_name}.create", obj, fields=self.audit_fields(obj))
         serializer.instance = self.reloaded(obj)
 
