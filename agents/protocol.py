@@ -9,6 +9,7 @@ value outside the ranges declared here; ``decode_agent_message`` turns all of th
 A field a GPU does not support is absent (None), never zero.
 """
 
+from enum import IntEnum
 from typing import Annotated, Final, Literal
 
 import msgspec
@@ -41,6 +42,25 @@ GpuUuid = Annotated[
     str, msgspec.Meta(pattern=r"^GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 ]
 PortState = Literal["active", "down", "init", "polling", "unknown"]
+
+
+class CloseCode(IntEnum):
+    """Why either side closed the agent socket: the standard codes it uses (RFC 6455 §7.4.1) and its own
+    (4000-4999, private use), each named once here for the server that sends it and the agent that reads it."""
+
+    GOING_AWAY = 1001
+    """The agent is stopping (SIGTERM): a clean goodbye."""
+    INTERNAL_ERROR = 1011
+    """A bug in one of the agent's connection loops: it drops this connection and reconnects."""
+    UNAUTHORIZED = 4401
+    """The credential is missing, invalid or revoked. The agent logs it as an error and retries only after
+    the backoff's cap: re-enrolling fixes it, and a credential restored on the server is picked up again."""
+    FORBIDDEN = 4403
+    """The agent claimed to be another node than its credential's (in Hello or Inventory)."""
+    SUPERSEDED = 4409
+    """A newer connection of the same node took over (one socket per node)."""
+    PROTOCOL_VERSION = 4426
+    """The server does not speak the Hello's protocol version."""
 
 
 class Message(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, kw_only=True, omit_defaults=True):

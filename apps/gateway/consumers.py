@@ -10,8 +10,8 @@ one), is counted, and the connection goes on. Database work runs off the event l
 there is none besides what the message stores: liveness, error counts and revocation checks are
 batched for all connections of the process (bookkeeping.py).
 
-Close codes: 4401 credential missing, invalid or revoked; 4403 the agent claimed to be another
-node; 4409 a newer connection of the same node took over; 4426 unsupported protocol version.
+The close codes it uses (4401 credential refused, 4403 impersonation, 4409 superseded, 4426
+protocol version) are ``agents.protocol.CloseCode``, which the agent reads too.
 """
 
 import logging
@@ -38,11 +38,6 @@ from apps.inventory.models import Node
 from controlplane.websockets import client_gone
 
 logger = logging.getLogger(__name__)
-
-CLOSE_UNAUTHORIZED: Final = 4401
-CLOSE_FORBIDDEN: Final = 4403
-CLOSE_SUPERSEDED: Final = 4409
-CLOSE_PROTOCOL_VERSION: Final = 4426
 
 Stream = Literal["telemetry", "events"]
 
@@ -126,7 +121,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         if credential is None:
             reason = "missing credential" if presented is None else "invalid or revoked credential"
             bookkeeper().count_error(None, CounterCode.UNAUTHORIZED, f"{reason} from {self.remote_addr}")
-            await self._close(CLOSE_UNAUTHORIZED, f"Refused: {reason}.")
+            await self._close(protocol.CloseCode.UNAUTHORIZED, f"Refused: {reason}.")
             return
         self.credential, self.node = credential, credential.node
         bookkeeper().connected(credential.pk)
@@ -140,7 +135,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         if self.said_hello:
             await database_sync_to_async(_record_disconnect)(self.node.pk, self.connected_at)
 
-    async def _close(self, code: int, reason: str) -> None:
+    async def _close(self, code: protocol.CloseCode, reason: str) -> None:
         self.closing = True
         await self.close(code=code, reason=reason[:120])
 
@@ -204,7 +199,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         if hello.protocol != protocol.PROTOCOL_VERSION:
             message = f"This server speaks protocol {protocol.PROTOCOL_VERSION}, not {hello.protocol}."
             await self._reply_error("protocol_version", message)
-            await self._close(CLOSE_PROTOCOL_VERSION, message)
+            await self._close(protocol.CloseCode.PROTOCOL_VERSION, message)
             return
         if hello.hostname != self.node.hostname:
             await self._refuse_impersonation(hello.hostname, "hello")
@@ -245,11 +240,11 @@ class AgentConsumer(AsyncWebsocketConsumer):
         )
         text = f"This credential speaks for {self.node.hostname} only; refused {where} as {claimed}."
         await self._reply_error("forbidden", text)
-        await self._close(CLOSE_FORBIDDEN, text)
+        await self._close(protocol.CloseCode.FORBIDDEN, text)
 
     async def _refuse_revoked(self) -> None:
         await self._reply_error("forbidden", "This credential was revoked; enroll the node again.")
-        await self._close(CLOSE_UNAUTHORIZED, "Credential revoked.")
+        await self._close(protocol.CloseCode.UNAUTHORIZED, "Credential revoked.")
 
     async def _reply_error(
         self, code: protocol.ErrorCode, message: str, seq: int | None = None, stream: Stream | None = None
@@ -277,7 +272,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         # this one for it sent a thousand agents connecting at once round and round.
         if self.said_hello and event.get("hello_at", float("inf")) < self.connected_at.timestamp():
             return
-        await self._close(CLOSE_SUPERSEDED, "A newer connection of this node took over.")
+        await self._close(protocol.CloseCode.SUPERSEDED, "A newer connection of this node took over.")
 
     async def credential_revoked(self, event: dict[str, Any]) -> None:
         if self.credential is not None and event["credential_id"] == self.credential.pk and not self.closing:

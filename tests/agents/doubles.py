@@ -1,6 +1,7 @@
 """Test doubles for the agent: a collector that fills every field of 8 GPUs, and a control plane
-that speaks the wire protocol over a real WebSocket (Welcome, Ack, Error, 4401) and stores what it
-receives with the server's dedup rule (a seq at or below the stored cursor is not stored again).
+that speaks the wire protocol over a real WebSocket (Welcome, Ack, Error, CloseCode.UNAUTHORIZED)
+and stores what it receives with the server's dedup rule (a seq at or below the stored cursor is
+not stored again).
 
 The benchmark ``benchmarks/agent_cost.py`` uses both, so they stay plain Python (no pytest)."""
 
@@ -20,6 +21,7 @@ from websockets.exceptions import ConnectionClosed
 
 from agents.protocol import (
     Ack,
+    CloseCode,
     Error,
     Events,
     GpuEvent,
@@ -39,7 +41,6 @@ from agents.protocol import (
     encode,
 )
 
-CREDENTIAL_REFUSED = 4401
 # ``python -c`` program: ``cp-agent ARGS`` with FakeCollector standing in for the simulator's model, so
 # ``cp-agent run --simulated PROFILE`` runs the real CLI path in a subprocess (tests, agent_cost benchmark).
 RUN_WITH_FAKE_COLLECTOR = """
@@ -196,6 +197,7 @@ class FakeControlPlane:
         self.port = 0
         self._server: Server | None = None
         self._ids = itertools.count(1)
+        self._live: dict[str, ServerConnection] = {}  # by credential
 
     def add_node(self, hostname: str, credential: str | None = None) -> str:
         node_id = next(self._ids)
@@ -205,6 +207,12 @@ class FakeControlPlane:
 
     def node(self, hostname: str) -> NodeRecord:
         return next(n for n in self.nodes.values() if n.hostname == hostname)
+
+    async def revoke(self, credential: str) -> None:
+        """Forget the credential and close its node's live socket, as the gateway does on a revocation."""
+        self.nodes.pop(credential)
+        if (connection := self._live.get(credential)) is not None:
+            await connection.close(CloseCode.UNAUTHORIZED, "Credential revoked.")
 
     @property
     def running(self) -> bool:
@@ -232,9 +240,10 @@ class FakeControlPlane:
         authorization = connection.request.headers.get("Authorization", "")
         node = self.nodes.get(authorization.removeprefix("Bearer "))
         if node is None:
-            await connection.close(CREDENTIAL_REFUSED, "credential refused")
+            await connection.close(CloseCode.UNAUTHORIZED, "credential refused")
             return
         node.connections += 1
+        self._live[authorization.removeprefix("Bearer ")] = connection
         try:
             async for frame in connection:
                 reply = self._answer(node, frame)
