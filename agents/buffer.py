@@ -39,15 +39,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final
 
-from agents.protocol import MAX_EVENTS_PER_FRAME, MAX_FRAME_BYTES, MAX_SAMPLES_PER_FRAME
+from agents.protocol import MAX_EVENTS_PER_FRAME, MAX_FRAME_BYTES, MAX_SAMPLES_PER_FRAME, STREAMS, Stream
 from agents.ratelimit import CountingLog
 
 log = logging.getLogger(__name__)
 
-Stream = Literal["telemetry", "events"]
-STREAMS: Final[tuple[Stream, ...]] = ("telemetry", "events")
 _ITEM_KEY: Final[dict[Stream, bytes]] = {"telemetry": b"samples", "events": b"events"}
 _MAX_ITEMS: Final[dict[Stream, int]] = {"telemetry": MAX_SAMPLES_PER_FRAME, "events": MAX_EVENTS_PER_FRAME}
 

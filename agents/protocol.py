@@ -42,6 +42,10 @@ GpuUuid = Annotated[
     str, msgspec.Meta(pattern=r"^GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 ]
 PortState = Literal["active", "down", "init", "polling", "unknown"]
+# The two numbered streams, named as their frames' types: every Telemetry and every Events frame takes
+# the next seq of its own stream, and the server acknowledges (or refuses) per stream.
+Stream = Literal["telemetry", "events"]
+STREAMS: Final[tuple[Stream, ...]] = ("telemetry", "events")
 
 
 class CloseCode(IntEnum):
@@ -222,7 +226,7 @@ class Welcome(Message, tag="welcome"):
 
 
 class Ack(Message, tag="ack"):
-    stream: Literal["telemetry", "events"]
+    stream: Stream
     seq: Annotated[int, msgspec.Meta(ge=0)]
 
 
@@ -235,7 +239,7 @@ class Error(Message, tag="error"):
     code: ErrorCode
     message: Annotated[str, msgspec.Meta(max_length=2000)]
     seq: int | None = None  # the frame's seq when it had one, so the agent knows what was refused
-    stream: Literal["telemetry", "events"] | None = None  # which stream that seq belongs to
+    stream: Stream | None = None  # which stream that seq belongs to
 
 
 ServerMessage = Welcome | Ack | Error

@@ -28,14 +28,16 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
 from agents import __version__
-from agents.buffer import STREAMS, Stream, TelemetryBuffer
+from agents.buffer import TelemetryBuffer
 from agents.protocol import (
+    STREAMS,
     Ack,
     CloseCode,
     Error,
     Heartbeat,
     Hello,
     ProtocolError,
+    Stream,
     Welcome,
     decode_server_message,
     encode,

@@ -17,7 +17,7 @@ protocol version) are ``agents.protocol.CloseCode``, which the agent reads too.
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Any
 
 import msgspec
 from channels.consumer import get_handler_name
@@ -39,11 +39,6 @@ from controlplane.websockets import client_gone
 
 logger = logging.getLogger(__name__)
 
-Stream = Literal["telemetry", "events"]
-
-
-_STREAMS: Final[dict[str | None, Stream]] = {"telemetry": "telemetry", "events": "events"}
-
 # Inventories are applied on a thread of their own, one at a time as before, not on the sync thread
 # every other database call of these consumers queues on: when a thousand agents connect at once,
 # their first inventories (tens of queries each) held up the next agents' authentication and Welcome
@@ -59,17 +54,17 @@ class _FrameSeq(msgspec.Struct):
 _frame_seq_decoder = msgspec.json.Decoder(_FrameSeq)
 
 
-def frame_seq(frame: bytes) -> tuple[int | None, Stream | None]:
+def frame_seq(frame: bytes) -> tuple[int | None, protocol.Stream | None]:
     """The seq and stream of a frame that failed validation, as far as they are readable, for the Error reply."""
     try:
         peeked = _frame_seq_decoder.decode(frame)
     except msgspec.DecodeError:
         return None, None
     seq = peeked.seq if type(peeked.seq) is int else None  # not a bool, a string or a float
-    return seq, _STREAMS.get(peeked.type) if isinstance(peeked.type, str) else None
+    return seq, peeked.type if peeked.type in protocol.STREAMS else None
 
 
-def message_seq(message: protocol.AgentMessage) -> tuple[int | None, Stream | None]:
+def message_seq(message: protocol.AgentMessage) -> tuple[int | None, protocol.Stream | None]:
     if isinstance(message, protocol.Telemetry):
         return message.seq, "telemetry"
     if isinstance(message, protocol.Events):
@@ -247,7 +242,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         await self._close(protocol.CloseCode.UNAUTHORIZED, "Credential revoked.")
 
     async def _reply_error(
-        self, code: protocol.ErrorCode, message: str, seq: int | None = None, stream: Stream | None = None
+        self, code: protocol.ErrorCode, message: str, seq: int | None = None, stream: protocol.Stream | None = None
     ) -> None:
         bookkeeper().count_error(self.node.pk, code, message)
         await self._send(protocol.Error(code=code, message=message[:2000], seq=seq, stream=stream))
