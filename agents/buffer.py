@@ -41,13 +41,11 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Final
 
-from agents.protocol import MAX_EVENTS_PER_FRAME, MAX_FRAME_BYTES, MAX_SAMPLES_PER_FRAME, STREAMS, Stream
+from agents.protocol import FRAME_SPLICERS, MAX_FRAME_BYTES, STREAMS, Stream
 from agents.ratelimit import CountingLog
 
 log = logging.getLogger(__name__)
 
-_ITEM_KEY: Final[dict[Stream, bytes]] = {"telemetry": b"samples", "events": b"events"}
-_MAX_ITEMS: Final[dict[Stream, int]] = {"telemetry": MAX_SAMPLES_PER_FRAME, "events": MAX_EVENTS_PER_FRAME}
 
 DEFAULT_MEMORY_FRAMES: Final = 600  # ten minutes at 1 s, ~3.5 MB of 8-GPU samples
 DEFAULT_MAX_DISK_BYTES: Final = 512 * 1024 * 1024  # ~26 h of 8-GPU samples at 1 s
@@ -119,11 +117,7 @@ class _StreamBuffer:
         self.segments: list[_Segment] = []
         self._appending: _Segment | None = None  # the segment spills append to; loaded ones are never appended to
         self.sent_high = 0  # frames at or below this seq were handed out once: never repacked
-        self._prefix = b'{"type":"' + stream.encode() + b'","seq":'
-        self._items_open = b',"' + _ITEM_KEY[stream] + b'":['
-        self._max_items = _MAX_ITEMS[stream]
-        # The largest the items may be so that the whole frame, with a 20-digit seq, fits MAX_FRAME_BYTES.
-        self._max_items_bytes = MAX_FRAME_BYTES - len(self._prefix) - 20 - len(self._items_open) - 2
+        self._splicer = FRAME_SPLICERS[stream]
         if spool_dir is not None:
             spool_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             self._load_segments()
@@ -131,12 +125,12 @@ class _StreamBuffer:
     # Producing ----------------------------------------------------------------------------------
 
     def add(self, items: list[bytes], seq: int) -> None:
-        self.memory.append(_Frame(seq, items, sum(map(len, items)) + len(items) - 1))
+        self.memory.append(_Frame(seq, items, _joined_size(items)))
         if len(self.memory) > self.memory_frames:
             self._make_room()
 
     def fits_one_frame(self, items: list[bytes]) -> bool:
-        return len(items) <= self._max_items and sum(map(len, items)) + len(items) <= self._max_items_bytes
+        return self._splicer.fits(len(items), _joined_size(items))
 
     def _make_room(self) -> None:
         if self.spool_dir is None:
@@ -183,15 +177,13 @@ class _StreamBuffer:
 
     def _merged(self, first: _Frame, second: _Frame) -> _Frame | None:
         """One frame holding both, numbered as the second, or None when that would pass a frame limit."""
-        if len(first.items) + len(second.items) > self._max_items:
-            return None
-        size = first.size + 1 + second.size
-        if size > self._max_items_bytes:
+        count, size = len(first.items) + len(second.items), first.size + 1 + second.size
+        if not self._splicer.fits(count, size):
             return None
         return _Frame(second.seq, first.items + second.items, size)
 
     def _encode(self, frame: _Frame) -> bytes:
-        return b"".join((self._prefix, str(frame.seq).encode(), self._items_open, b",".join(frame.items), b"]}"))
+        return self._splicer.frame(frame.seq, frame.items)
 
     # Acknowledging ------------------------------------------------------------------------------
 
@@ -332,6 +324,11 @@ class _StreamBuffer:
                 self.buffered_items(),
                 len(self.segments),
             )
+
+
+def _joined_size(items: list[bytes]) -> int:
+    """The bytes of ``items`` joined with commas."""
+    return sum(map(len, items)) + len(items) - 1
 
 
 def _scan_segment(segment: _Segment, last_seq: int, label: str) -> int:
