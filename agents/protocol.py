@@ -4,7 +4,8 @@ One module, imported by the agent (which never imports Django) and by the server
 consumer, so the two cannot drift apart. Messages are JSON objects with a ``type`` tag, encoded
 and decoded with msgspec, which rejects unknown fields, wrong types, NaN and infinity, and any
 value outside the ranges declared here; ``decode_agent_message`` turns all of those into a
-``ProtocolError`` with a code and a message naming the field, for the server's error reply.
+``ProtocolError`` with a code, a message naming the field, and the frame's seq and stream as far as
+they can be read, for the server's error reply.
 
 A field a GPU does not support is absent (None), never zero.
 """
@@ -250,13 +251,18 @@ ServerMessage = Welcome | Ack | Error
 
 
 class ProtocolError(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
+    """A refused frame: the code and message of the Error reply, and the frame's seq and stream as far
+    as they could be read from it, so the agent knows what was refused."""
+
+    def __init__(self, code: ErrorCode, message: str, *, seq: int | None = None, stream: Stream | None = None) -> None:
         super().__init__(message)
         self.code: ErrorCode = code
         self.message = message
+        self.seq = seq
+        self.stream = stream
 
     def reply(self) -> Error:
-        return Error(code=self.code, message=self.message)
+        return Error(code=self.code, message=self.message, seq=self.seq, stream=self.stream)
 
 
 _encoder = msgspec.json.Encoder()
@@ -304,28 +310,48 @@ FRAME_SPLICERS: Final[dict[Stream, FrameSplicer]] = {
 }
 
 
+def message_seq(message: Message) -> tuple[int | None, Stream | None]:
+    """The seq and stream of a numbered frame (Telemetry, Events); ``(None, None)`` for other messages."""
+    if isinstance(message, Telemetry | Events):
+        return message.seq, message.__struct_config__.tag  # type: ignore[return-value]
+    return None, None
+
+
+class _Header(msgspec.Struct):
+    """What a frame that failed validation says about itself; any JSON value is accepted in each field."""
+
+    type: object = None
+    seq: object = None
+
+
+_header_decoder = msgspec.json.Decoder(_Header)
+
+
 def _decode(frame: bytes | str, decoder: msgspec.json.Decoder, tags: frozenset[str]) -> Message:
     if len(frame) > MAX_FRAME_BYTES:
-        raise ProtocolError("oversize", f"Frame of {len(frame)} bytes exceeds the {MAX_FRAME_BYTES}-byte limit.")
+        _, seq, stream = _header(frame)
+        message = f"Frame of {len(frame)} bytes exceeds the {MAX_FRAME_BYTES}-byte limit."
+        raise ProtocolError("oversize", message, seq=seq, stream=stream)
     try:
         return decoder.decode(frame)
     except msgspec.ValidationError as exc:
-        text = str(exc)
-        if "Invalid value" in text and "$.type" in text:
-            kind = _peek_type(frame)
-            raise ProtocolError(
-                "unknown_type", f"Unknown message type {kind!r}; expected one of {sorted(tags)}."
-            ) from exc
-        raise ProtocolError("invalid", text) from exc
+        kind, seq, stream = _header(frame)
+        if isinstance(kind, str) and kind not in tags:
+            message = f"Unknown message type {kind!r}; expected one of {sorted(tags)}."
+            raise ProtocolError("unknown_type", message, seq=seq) from exc
+        raise ProtocolError("invalid", str(exc), seq=seq, stream=stream) from exc
     except msgspec.DecodeError as exc:
         raise ProtocolError("malformed", f"Not a JSON message: {exc}") from exc
 
 
-def _peek_type(frame: bytes | str) -> object:
+def _header(frame: bytes | str) -> tuple[object, int | None, Stream | None]:
+    """The type, seq and stream a refused frame names, each None where it names none (or is no JSON object)."""
     try:
-        return msgspec.json.decode(frame).get("type")
-    except (msgspec.DecodeError, AttributeError):
-        return None
+        header = _header_decoder.decode(frame)
+    except msgspec.DecodeError:
+        return None, None, None
+    seq = header.seq if type(header.seq) is int else None  # not a bool, a string or a float
+    return header.type, seq, header.type if header.type in STREAMS else None  # type: ignore[return-value]
 
 
 def decode_agent_message(frame: bytes | str) -> AgentMessage:

@@ -19,7 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
-import msgspec
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
@@ -44,32 +43,6 @@ logger = logging.getLogger(__name__)
 # their first inventories (tens of queries each) held up the next agents' authentication and Welcome
 # past the agents' 10 s handshake timeout, and those agents came back to do it all again.
 _inventory_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-inventory")
-
-
-class _FrameSeq(msgspec.Struct):
-    type: Any = None
-    seq: Any = None
-
-
-_frame_seq_decoder = msgspec.json.Decoder(_FrameSeq)
-
-
-def frame_seq(frame: bytes) -> tuple[int | None, protocol.Stream | None]:
-    """The seq and stream of a frame that failed validation, as far as they are readable, for the Error reply."""
-    try:
-        peeked = _frame_seq_decoder.decode(frame)
-    except msgspec.DecodeError:
-        return None, None
-    seq = peeked.seq if type(peeked.seq) is int else None  # not a bool, a string or a float
-    return seq, peeked.type if peeked.type in protocol.STREAMS else None
-
-
-def message_seq(message: protocol.AgentMessage) -> tuple[int | None, protocol.Stream | None]:
-    if isinstance(message, protocol.Telemetry):
-        return message.seq, "telemetry"
-    if isinstance(message, protocol.Events):
-        return message.seq, "events"
-    return None, None
 
 
 def _header(scope: dict[str, Any], name: bytes) -> str:
@@ -149,9 +122,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
         try:
             message = protocol.decode_agent_message(frame)
         except protocol.ProtocolError as exc:
-            await self._reply_error(exc.code, exc.message, *frame_seq(frame))
+            await self._reply_error(exc.code, exc.message, exc.seq, exc.stream)
             return
-        refused = message_seq(message)
+        refused = protocol.message_seq(message)
         try:
             await self._handle(message)
         except protocol.ProtocolError as exc:

@@ -53,3 +53,38 @@ def test_the_splicers_limits_are_the_protocols():
         assert splicer.fits(splicer.max_items, splicer.max_items_bytes)
         assert not splicer.fits(splicer.max_items + 1, 10)
         assert not splicer.fits(1, splicer.max_items_bytes + 1)
+
+
+REFUSED_FRAMES = {  # frame: code, seq and stream the refusal names
+    '{"type": "reboot", "seq": 4}': ("unknown_type", 4, None),
+    '{"seq": 5, "type": "telemetry2"}': ("unknown_type", 5, None),
+    '{"type": 7, "seq": 6}': ("invalid", 6, None),  # a type that is not a string is not an unknown type
+    '{"seq": 8}': ("invalid", 8, None),
+    '{"type": "events", "seq": 9, "events": []}': ("invalid", 9, "events"),
+    '{"type": "telemetry", "seq": true, "samples": []}': ("invalid", None, "telemetry"),
+    '["telemetry"]': ("invalid", None, None),
+    '{"type": "heartbeat", "ts": 1760000000.0': ("malformed", None, None),
+}
+
+
+@pytest.mark.parametrize(("frame", "refusal"), REFUSED_FRAMES.items(), ids=REFUSED_FRAMES.keys())
+def test_a_refused_frame_names_its_code_and_what_it_could_read_of_its_seq_and_stream(frame, refusal):
+    with pytest.raises(protocol.ProtocolError) as refused:
+        protocol.decode_agent_message(frame)
+
+    assert (refused.value.code, refused.value.seq, refused.value.stream) == refusal
+    assert refused.value.reply() == protocol.Error(
+        code=refusal[0], message=refused.value.message, seq=refusal[1], stream=refusal[2]
+    )
+
+
+def test_an_unknown_type_is_named_with_the_types_each_side_expects():
+    with pytest.raises(protocol.ProtocolError) as from_agent:
+        protocol.decode_agent_message('{"type": "welcome"}')  # a server message is not an agent's
+    with pytest.raises(protocol.ProtocolError) as from_server:
+        protocol.decode_server_message('{"type": "hello"}')
+
+    assert from_agent.value.message == (
+        "Unknown message type 'welcome'; expected one of ['events', 'heartbeat', 'hello', 'inventory', 'telemetry']."
+    )
+    assert from_server.value.message == "Unknown message type 'hello'; expected one of ['ack', 'error', 'welcome']."
