@@ -8,6 +8,12 @@ value outside the ranges declared here; ``decode_agent_message`` turns all of th
 they can be read, for the server's error reply.
 
 A field a GPU does not support is absent (None), never zero.
+
+Compatibility: a new optional field (one with a default) does not change ``PROTOCOL_VERSION``. A
+server that knows it accepts agents that never send it (an agent that predates it), and reads it as
+absent; an agent that sends it needs a server that knows it, since unknown fields are refused: upgrade
+the control plane before its agents. Removing or retyping a field, or a new required one, is a new
+version. (The port events' structured fields, ``port`` to ``link_downs`` on ``GpuEvent``, came this way.)
 """
 
 from collections.abc import Sequence
@@ -44,6 +50,8 @@ GpuUuid = Annotated[
     str, msgspec.Meta(pattern=r"^GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 ]
 PortState = Literal["active", "down", "init", "polling", "unknown"]
+PortDevice = Annotated[str, msgspec.Meta(min_length=1, max_length=32)]  # an HCA, "mlx5_0"
+PortNumber = Annotated[int, msgspec.Meta(ge=1, le=255)]  # a port of that HCA
 # The two numbered streams, named as their frames' types: every Telemetry and every Events frame takes
 # the next seq of its own stream, and the server acknowledges (or refuses) per stream.
 Stream = Literal["telemetry", "events"]
@@ -99,8 +107,8 @@ class GpuInfo(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
 
 
 class PortInfo(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
-    device: Annotated[str, msgspec.Meta(min_length=1, max_length=32)]
-    port: Annotated[int, msgspec.Meta(ge=1, le=255)]
+    device: PortDevice
+    port: PortNumber
     kind: Literal["infiniband", "roce", "ethernet"]
     rate_gbps: Gbps
     state: PortState
@@ -160,8 +168,8 @@ class GpuSample(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, 
 
 
 class PortSample(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
-    device: Annotated[str, msgspec.Meta(min_length=1, max_length=32)]
-    port: Annotated[int, msgspec.Meta(ge=1, le=255)]
+    device: PortDevice
+    port: PortNumber
     state: PortState
     rate_gbps: Gbps | None = None
     tx_gbps: Gbps | None = None
@@ -185,12 +193,22 @@ class Telemetry(Message, tag="telemetry"):
 
 
 class GpuEvent(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """Something that happened to a GPU or a port. ``data`` says it for people; what the server acts on
+    is in the typed fields (an XID's number, a port's transition)."""
+
     ts: Timestamp
     kind: Literal["xid", "ecc", "thermal", "pcie", "nvlink", "port"]
     gpu_index: GpuIndex | None = None
     port_device: ShortText | None = None
     xid: Annotated[int, msgspec.Meta(ge=1, le=1000)] | None = None
     data: Annotated[str, msgspec.Meta(max_length=1024)] = ""
+    # A port event's transition between two samples: the port, its state now, the state it changed from
+    # (absent when it did not change), and how often the link went down meanwhile (link_downed's increase;
+    # absent when none, so a flap shorter than the sampling interval still shows).
+    port: PortNumber | None = None
+    port_state: PortState | None = None
+    previous_port_state: PortState | None = None
+    link_downs: Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)] | None = None
 
 
 class Events(Message, tag="events"):

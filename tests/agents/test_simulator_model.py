@@ -256,6 +256,12 @@ def test_a_flapping_link_alternates_down_and_active_and_counts_the_downs():
     assert len(events) == 20
     assert {(e.kind, e.port_device) for e in events} == {("port", "mlx5_3")}
     assert events[0].data == "mlx5_3 port 1: state active → down; link went down 1 time"
+    assert (events[0].port, events[0].previous_port_state, events[0].port_state, events[0].link_downs) == (
+        1,
+        "active",
+        "down",
+        1,
+    )
 
 
 def test_a_flapping_link_shows_down_in_the_inventory_while_down():
