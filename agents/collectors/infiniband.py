@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Final
 
 from agents.collectors.hostfacts import short_text
-from agents.protocol import GpuEvent, PortInfo, PortSample, PortState
+from agents.protocol import Gbps, GpuEvent, PortInfo, PortSample, PortState, range_of
 
 log = logging.getLogger(__name__)
 
 SYSFS_ROOT: Final = Path("/sys/class/infiniband")
-MAX_GBPS: Final = 10_000.0  # agents.protocol.Gbps
+GBPS: Final = range_of(Gbps)
 LEGACY_COUNTER_MAX: Final = 2**32 - 1  # 32-bit PMA counters stop (saturate) here instead of wrapping
 _BITS_PER_WORD: Final = 4 * 8
 
@@ -44,7 +44,7 @@ def parse_rate(text: str | None) -> float | None:
         rate = float((text or "").split()[0])
     except (IndexError, ValueError):
         return None
-    return rate if 0 <= rate <= MAX_GBPS else None
+    return rate if rate in GBPS else None
 
 
 def parse_state(text: str | None, physical: str | None) -> PortState:
@@ -240,7 +240,7 @@ def _gbps(before: int, after: int, elapsed: float) -> float | None:
     if elapsed <= 0 or after < before or after == LEGACY_COUNTER_MAX:
         return None  # reset, reload or a saturated 32-bit counter: no honest rate this time
     rate = (after - before) * _BITS_PER_WORD / 1e9 / elapsed
-    return rate if rate <= MAX_GBPS else None
+    return rate if rate in GBPS else None
 
 
 def _listdir(path: Path) -> list[str]:

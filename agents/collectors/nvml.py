@@ -24,14 +24,22 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Final
 
-import msgspec
 import pynvml
 
 from agents.collectors.hostfacts import read_host_facts, short_text, valid_hostname
-from agents.protocol import MAX_EVENTS_PER_FRAME, GpuEvent, GpuInfo, GpuSample, Inventory, NodeSample, NvLinkPeer
+from agents.protocol import (
+    MAX_EVENTS_PER_FRAME,
+    GpuEvent,
+    GpuInfo,
+    GpuSample,
+    Inventory,
+    NodeSample,
+    NvLinkPeer,
+    Range,
+    field_ranges,
+)
 
 log = logging.getLogger(__name__)
 
@@ -386,38 +394,16 @@ class _Gpu:
         return delta / elapsed
 
 
-def _numeric_ranges(struct: type[msgspec.Struct]) -> dict[str, Callable[[float], bool]]:
-    """For each optional numeric field, whether a value is inside the range the protocol declares,
-    read from its type, so this check cannot drift from what the server accepts."""
-    ranges: dict[str, Callable[[float], bool]] = {}
-    info = msgspec.inspect.type_info(struct)
-    assert isinstance(info, msgspec.inspect.StructType)
-    for field in info.fields:
-        for kind in getattr(field.type, "types", ()):
-            if isinstance(kind, msgspec.inspect.IntType | msgspec.inspect.FloatType):
-                ranges[field.name] = partial(_inside, kind.ge, kind.gt, kind.le, kind.lt)
-    return ranges
+_SAMPLE_RANGES: Final = field_ranges(GpuSample)
+_INFO_RANGES: Final = field_ranges(GpuInfo)
 
 
-def _inside(ge: float | None, gt: float | None, le: float | None, lt: float | None, value: float) -> bool:
-    return (
-        (ge is None or value >= ge)
-        and (gt is None or value > gt)
-        and (le is None or value <= le)
-        and (lt is None or value < lt)
-    )
-
-
-_SAMPLE_RANGES: Final = _numeric_ranges(GpuSample)
-_INFO_RANGES: Final = _numeric_ranges(GpuInfo)
-
-
-def _in_range(values: dict[str, Any], ranges: dict[str, Callable[[float], bool]], index: int) -> dict[str, Any]:
+def _in_range(values: dict[str, Any], ranges: dict[str, Range], index: int) -> dict[str, Any]:
     """``values`` without what the protocol would refuse (a sensor's 255 °C, an unknown enum): one
     wild reading must not cost the server the whole frame."""
     for name, value in list(values.items()):
-        inside = ranges.get(name)
-        if inside is not None and value is not None and not inside(value):
+        allowed = ranges.get(name)
+        if allowed is not None and value is not None and value not in allowed:
             log.warning("GPU %d: %s = %r is outside the protocol's range; reported as absent.", index, name, value)
             del values[name]
     return values

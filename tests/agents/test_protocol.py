@@ -1,5 +1,6 @@
 """The wire protocol's own facts: frames spliced from encoded items are the encoder's frames."""
 
+import msgspec
 import pytest
 
 from agents import protocol
@@ -88,3 +89,46 @@ def test_an_unknown_type_is_named_with_the_types_each_side_expects():
         "Unknown message type 'welcome'; expected one of ['events', 'heartbeat', 'hello', 'inventory', 'telemetry']."
     )
     assert from_server.value.message == "Unknown message type 'hello'; expected one of ['ack', 'error', 'welcome']."
+
+
+def test_a_types_range_is_what_its_declaration_says():
+    assert protocol.range_of(protocol.Gbps) == protocol.Range(ge=0, le=10_000)
+    assert protocol.range_of(protocol.GpuIndex) == protocol.Range(ge=0, lt=protocol.MAX_GPUS_PER_NODE)
+    assert 10_000 in protocol.range_of(protocol.Gbps)
+    assert 10_000.5 not in protocol.range_of(protocol.Gbps)
+    assert protocol.MAX_GPUS_PER_NODE not in protocol.range_of(protocol.GpuIndex)
+    with pytest.raises(TypeError):
+        protocol.range_of(protocol.Hostname)
+
+
+def edges(allowed: protocol.Range) -> list[tuple[float, bool]]:
+    """Values at and just past each of the range's bounds, with whether the range holds them."""
+    values = []
+    if allowed.ge is not None:
+        values += [(allowed.ge, True), (allowed.ge - 1, False)]
+    if allowed.le is not None:
+        values += [(allowed.le, True), (allowed.le + 1, False)]
+    values += [(bound, False) for bound in (allowed.gt, allowed.lt) if bound is not None]
+    return values
+
+
+REQUIRED = {  # the required fields of the structs below, with valid values
+    protocol.GpuSample: {"index": 0},
+    protocol.GpuInfo: {"index": 0, "uuid": "GPU-00000000-0000-0000-0000-000000000000", "name": "H100"},
+    protocol.PortSample: {"device": "mlx5_0", "port": 1, "state": "active"},
+}
+
+
+@pytest.mark.parametrize("struct", REQUIRED, ids=lambda struct: struct.__name__)
+def test_a_value_is_in_a_fields_range_exactly_when_the_protocol_accepts_it(struct):
+    ranges = protocol.field_ranges(struct)
+    assert ranges.keys() - REQUIRED[struct]  # the optional readings, not only the required fields
+
+    for name, allowed in ranges.items():
+        for value, inside in edges(allowed):
+            assert (value in allowed) == inside, (name, value)
+            if inside:
+                msgspec.convert({**REQUIRED[struct], name: value}, struct)
+            else:
+                with pytest.raises(msgspec.ValidationError):
+                    msgspec.convert({**REQUIRED[struct], name: value}, struct)
