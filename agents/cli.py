@@ -27,7 +27,7 @@ import msgspec
 
 from agents import __version__
 from agents.agent import DEFAULT_INTERVAL_S, Agent
-from agents.buffer import TelemetryBuffer, spool_summary, write_private_file
+from agents.buffer import TelemetryBuffer
 from agents.collectors.base import Collector
 from agents.config import (
     AgentConfig,
@@ -40,7 +40,9 @@ from agents.config import (
     save_config,
     websocket_url,
 )
+from agents.durable import write_private_file
 from agents.enrollment import Enrollment, EnrollmentFailed, enroll
+from agents.spool import spool_summary
 
 EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 
-from agents.buffer import write_private_file
+from agents.durable import write_private_file
 from agents.protocol import Hostname
 
 DEFAULT_CONFIG_PATH: Final = Path("/etc/cp-agent/agent.json")
