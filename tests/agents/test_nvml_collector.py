@@ -102,6 +102,20 @@ def test_it_has_no_rates_on_the_first_sample():
     assert {"pcie_tx_kbps", "pcie_rx_kbps", "nvlink_tx_kbps", "nvlink_rx_kbps"} == ALL_FIELDS - present(first.gpus[0])
 
 
+def test_its_rates_are_over_the_time_nvml_stamped_the_counters_with_when_it_gives_one():
+    gpu = FakeGpu(0, read_at_us=1_760_000_000 * 10**6)
+    fake = FakeNvml([gpu])
+    with fake.patched():
+        collector = NvmlCollector(hostname="gpu-001")
+        collector.sample(T0)
+        gpu.advance(1.0)
+        gpu.read_at_us += 2 * 10**6  # the driver read the counters 2 s apart, though the samples are 1 s apart
+        second = collector.sample(T0 + 1).gpus[0]
+
+    assert (second.pcie_tx_kbps, second.pcie_rx_kbps) == (5_000_000, 10_000_000)
+    assert second.nvlink_tx_kbps == pytest.approx(50_000_000, rel=1e-6)
+
+
 def test_it_reads_all_links_in_one_field_value_batch_per_gpu(nvml):
     collector, _ = collect(nvml)
     batch = nvml.mocks["nvmlDeviceGetFieldValues"]
@@ -441,7 +455,7 @@ def test_it_asks_again_after_a_passing_error(caplog):
     fake = FakeNvml([gpu])
     with fake.patched():
         collector = NvmlCollector(hostname="gpu-001")
-        with caplog.at_level(logging.DEBUG, logger="agents.collectors.nvml"):
+        with caplog.at_level(logging.DEBUG, logger="agents.collectors.nvml_readers"):
             during = collector.sample(T0)
         gpu.failing.clear()
         after = collector.sample(T0 + 1)
