@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from agents.buffer import TelemetryBuffer
-from agents.cli import EXIT_CONFIG, EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE, main
+from agents.cli import main
+from agents.commandline import EXIT_CONFIG, EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE
 from agents.config import load_config
 from tests.agents.doubles import RUN_WITH_FAKE_COLLECTOR, FakeEnrollmentServer
 

@@ -8,7 +8,9 @@ import threading
 
 import pytest
 
-from agents.cli import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_REFUSED, _fleet_credentials, _parser, main
+from agents.cli import build_parser, main
+from agents.commandline import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_REFUSED
+from agents.simulator.cli import fleet_credentials
 from agents.simulator.fleet import run_fleet
 from tests.agents.doubles import FakeCollector, FakeControlPlane, FakeEnrollmentServer, wait_until
 
@@ -168,7 +170,7 @@ def fleet_file(path, hostnames: list[str]) -> list[str]:
 def test_simulate_without_a_token_runs_the_first_nodes_the_credentials_file_lists(tmp_path):
     argv = fleet_file(tmp_path / "fleet.json", ["gpu-007", "gpu-001", "gpu-003"])
 
-    credentials = _fleet_credentials(_parser().parse_args([*argv, "--nodes", "2"]))
+    credentials = fleet_credentials(build_parser().parse_args([*argv, "--nodes", "2"]))
 
     assert [node.hostname for node in credentials.nodes] == ["gpu-007", "gpu-001"]
     assert credentials.nodes[0].credential == "cpn_gpu-007"

@@ -8,17 +8,11 @@ import pytest
 
 from agents.collectors.base import Collector
 from agents.protocol import Events, Inventory, NodeSample, Telemetry, decode_agent_message, encode
-from agents.simulator import (
-    PROFILES,
-    BurnIn,
-    FaultSpecError,
-    Idle,
-    NodeDied,
-    Schedule,
-    SimulatedCollector,
-    Training,
-)
-from agents.simulator.model import GPU_IDLE, SW_POWER_CAP, SW_THERMAL_SLOWDOWN
+from agents.simulator.collector import SimulatedCollector
+from agents.simulator.faults import FaultSpecError
+from agents.simulator.model import GPU_IDLE, SW_POWER_CAP, SW_THERMAL_SLOWDOWN, NodeDied
+from agents.simulator.profiles import PROFILES
+from agents.simulator.workloads import BurnIn, Idle, Schedule, Training
 
 T0 = 1_750_000_000.0
 STEADY_TRAINING = Training(allreduce_share=0.0, checkpoint_every_s=1e9)  # no dips: cleaner comparisons
