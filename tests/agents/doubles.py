@@ -15,10 +15,12 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
+from agents.durable import write_private_file
 from agents.protocol import (
     Ack,
     CloseCode,
@@ -43,13 +45,16 @@ from agents.protocol import (
 
 # ``python -c`` program: ``cp-agent ARGS`` with FakeCollector standing in for the simulator's model, so
 # ``cp-agent run --simulated PROFILE`` runs the real CLI path in a subprocess (tests, agent_cost benchmark).
+# $FAKE_COLLECTOR_TALLY names a file the collector writes its count of samples to, for a test to watch.
 RUN_WITH_FAKE_COLLECTOR = """
+import os
 import sys
 import agents.simulator.fleet as fleet
 from agents.cli import main
 from tests.agents.doubles import FakeCollector
 
-fleet.simulated_collector_factory = lambda: lambda profile, hostname, seed, faults: FakeCollector(hostname)
+tally = os.environ.get("FAKE_COLLECTOR_TALLY")
+fleet.simulated_collector_factory = lambda: lambda profile, hostname, seed, faults: FakeCollector(hostname, tally=tally)
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -75,10 +80,18 @@ class FakeCollector:
     """Implements ``agents.collectors.base.Collector``: every field of every GPU and port, plausible values."""
 
     def __init__(
-        self, hostname: str = "node-001", *, gpus: int = 8, ports: int = 8, seed: int = 0, limit: int | None = None
+        self,
+        hostname: str = "node-001",
+        *,
+        gpus: int = 8,
+        ports: int = 8,
+        seed: int = 0,
+        limit: int | None = None,
+        tally: str | None = None,
     ) -> None:
         self.simulated = True
         self.limit = limit  # after this many samples, sample() fails (a GPU that stopped answering)
+        self.tally = tally  # a file that holds how many samples were taken, rewritten after each
         self.hostname = hostname
         self.gpus = gpus
         self.ports = ports
@@ -116,6 +129,8 @@ class FakeCollector:
         if self.limit is not None and len(self.sampled_at) >= self.limit:
             raise RuntimeError("the GPUs stopped answering")
         self.sampled_at.append(now)
+        if self.tally is not None:
+            write_private_file(Path(self.tally), str(len(self.sampled_at)).encode())
         r = self.random.random
         return NodeSample(
             ts=now,

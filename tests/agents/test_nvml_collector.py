@@ -514,19 +514,14 @@ def test_it_reports_xid_79_once_when_the_event_and_the_lost_gpu_both_say_so(nvml
     assert [(e.xid, e.gpu_index) for e in events] == [(79, 2)]
 
 
-def test_it_samples_8_gpus_with_little_python_overhead(nvml):
-    """The figure the agent's CPU budget rests on: with NVML itself answering instantly (the fake),
-    what the collector's own Python costs per 8-GPU sample."""
-    import time
-
+def test_it_asks_nvml_nine_times_per_gpu_and_sample(nvml):
+    """What the agent's CPU budget rests on (its time is benchmarks/nvml_collector.py's): eight
+    single-value calls and one field-value batch per GPU, once every field has been found."""
     collector, _ = collect(nvml)
     for mock_function in nvml.mocks.values():
         mock_function.reset_mock()
-    started = time.perf_counter()
     for second in range(20):
         collector.sample(T0 + 2 + second)
-    per_sample = (time.perf_counter() - started) / 20
 
     calls_per_sample = sum(m.call_count for m in nvml.mocks.values()) / 20
-    assert calls_per_sample == 8 * (8 + 1)  # eight single-value calls and one batch per GPU
-    assert per_sample < 0.05  # generous: the fake and autospec dominate; see the report for the figure
+    assert calls_per_sample == 8 * (8 + 1)
