@@ -1,4 +1,5 @@
-"""The agent's configuration file: where the control plane is, who this node is, its credential.
+"""The agent's configuration file: where the control plane is, who this node is, its credential; and
+the credentials file of a simulated fleet.
 
 JSON, written by ``cp-agent enroll`` atomically with mode 0600 (the credential speaks for the
 node). Where it is looked for, first match wins: ``--config``; ``$CP_AGENT_CONFIG``; under systemd
@@ -14,7 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 
-from agents.buffer import write_private_file
+from agents.durable import write_private_file
 from agents.protocol import Hostname
 
 DEFAULT_CONFIG_PATH: Final = Path("/etc/cp-agent/agent.json")
@@ -35,6 +36,20 @@ class AgentConfig(msgspec.Struct, kw_only=True):
     credential: Annotated[str, msgspec.Meta(min_length=1)]
     state_dir: str = str(DEFAULT_STATE_DIR)
     interval_s: Annotated[float, msgspec.Meta(ge=0.1, le=3600)] | None = None  # None: the control plane's
+
+
+class SimulatedNodeCredential(msgspec.Struct):
+    hostname: str
+    node_id: int
+    credential: str
+
+
+class FleetCredentials(msgspec.Struct):
+    """The credentials of a simulated fleet (``cp-agent simulate --credentials-file``), written 0600 like
+    an agent's config: by ``simulate`` after it enrolls nodes, or by a control plane that issued them."""
+
+    server_ws_url: str
+    nodes: list[SimulatedNodeCredential] = []
 
 
 def default_config_path() -> Path:
@@ -75,6 +90,17 @@ def refuse_to_overwrite(path: Path, *, force: bool) -> None:
 def save_config(config: AgentConfig, path: Path, *, force: bool) -> None:
     refuse_to_overwrite(path, force=force)
     write_private_file(path, msgspec.json.format(msgspec.json.encode(config), indent=2) + b"\n")
+
+
+def load_fleet_credentials(path: Path) -> FleetCredentials:
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=FleetCredentials)
+    except (OSError, msgspec.DecodeError) as exc:
+        raise ConfigError(f"cannot read the fleet credentials {path}: {exc}") from exc
+
+
+def save_fleet_credentials(fleet: FleetCredentials, path: Path) -> None:
+    write_private_file(path, msgspec.json.format(msgspec.json.encode(fleet), indent=2) + b"\n")
 
 
 def normalized_server_url(url: str) -> str:

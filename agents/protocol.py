@@ -4,11 +4,20 @@ One module, imported by the agent (which never imports Django) and by the server
 consumer, so the two cannot drift apart. Messages are JSON objects with a ``type`` tag, encoded
 and decoded with msgspec, which rejects unknown fields, wrong types, NaN and infinity, and any
 value outside the ranges declared here; ``decode_agent_message`` turns all of those into a
-``ProtocolError`` with a code and a message naming the field, for the server's error reply.
+``ProtocolError`` with a code, a message naming the field, and the frame's seq and stream as far as
+they can be read, for the server's error reply.
 
 A field a GPU does not support is absent (None), never zero.
+
+Compatibility: a new optional field (one with a default) does not change ``PROTOCOL_VERSION``. A
+server that knows it accepts agents that never send it (an agent that predates it), and reads it as
+absent; an agent that sends it needs a server that knows it, since unknown fields are refused: upgrade
+the control plane before its agents. Removing or retyping a field, or a new required one, is a new
+version. (The port events' structured fields, ``port`` to ``link_downs`` on ``GpuEvent``, came this way.)
 """
 
+from collections.abc import Sequence
+from enum import IntEnum
 from typing import Annotated, Final, Literal
 
 import msgspec
@@ -41,6 +50,71 @@ GpuUuid = Annotated[
     str, msgspec.Meta(pattern=r"^GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 ]
 PortState = Literal["active", "down", "init", "polling", "unknown"]
+PortDevice = Annotated[str, msgspec.Meta(min_length=1, max_length=32)]  # an HCA, "mlx5_0"
+PortNumber = Annotated[int, msgspec.Meta(ge=1, le=255)]  # a port of that HCA
+# The two numbered streams, named as their frames' types: every Telemetry and every Events frame takes
+# the next seq of its own stream, and the server acknowledges (or refuses) per stream.
+Stream = Literal["telemetry", "events"]
+STREAMS: Final[tuple[Stream, ...]] = ("telemetry", "events")
+
+
+class Range(msgspec.Struct, frozen=True):
+    """The bounds a numeric type above declares (its ``msgspec.Meta``), for code that keeps a value inside
+    what the protocol accepts before it builds a message, such as a collector leaving out one wild reading."""
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+
+    def __contains__(self, value: float) -> bool:
+        return (
+            (self.ge is None or value >= self.ge)
+            and (self.gt is None or value > self.gt)
+            and (self.le is None or value <= self.le)
+            and (self.lt is None or value < self.lt)
+        )
+
+
+def range_of(numeric: object) -> Range:
+    """The range of a numeric type, or of the number in an optional one: ``range_of(Gbps)`` is 0 to 10,000."""
+    found = _range(msgspec.inspect.type_info(numeric))
+    if found is None:
+        raise TypeError(f"{numeric!r} is not a numeric type")
+    return found
+
+
+def field_ranges(struct: type[msgspec.Struct]) -> dict[str, Range]:
+    """The range of each numeric field of a message or part of one, by field name."""
+    info = msgspec.inspect.type_info(struct)
+    assert isinstance(info, msgspec.inspect.StructType)
+    return {field.name: found for field in info.fields if (found := _range(field.type)) is not None}
+
+
+def _range(info: msgspec.inspect.Type) -> Range | None:
+    for kind in info.types if isinstance(info, msgspec.inspect.UnionType) else (info,):
+        if isinstance(kind, msgspec.inspect.IntType | msgspec.inspect.FloatType):
+            return Range(ge=kind.ge, gt=kind.gt, le=kind.le, lt=kind.lt)
+    return None
+
+
+class CloseCode(IntEnum):
+    """Why either side closed the agent socket: the standard codes it uses (RFC 6455 §7.4.1) and its own
+    (4000-4999, private use), each named once here for the server that sends it and the agent that reads it."""
+
+    GOING_AWAY = 1001
+    """The agent is stopping (SIGTERM): a clean goodbye."""
+    INTERNAL_ERROR = 1011
+    """A bug in one of the agent's connection loops: it drops this connection and reconnects."""
+    UNAUTHORIZED = 4401
+    """The credential is missing, invalid or revoked. The agent logs it as an error and retries only after
+    the backoff's cap: re-enrolling fixes it, and a credential restored on the server is picked up again."""
+    FORBIDDEN = 4403
+    """The agent claimed to be another node than its credential's (in Hello or Inventory)."""
+    SUPERSEDED = 4409
+    """A newer connection of the same node took over (one socket per node)."""
+    PROTOCOL_VERSION = 4426
+    """The server does not speak the Hello's protocol version."""
 
 
 class Message(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
@@ -73,8 +147,8 @@ class GpuInfo(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
 
 
 class PortInfo(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
-    device: Annotated[str, msgspec.Meta(min_length=1, max_length=32)]
-    port: Annotated[int, msgspec.Meta(ge=1, le=255)]
+    device: PortDevice
+    port: PortNumber
     kind: Literal["infiniband", "roce", "ethernet"]
     rate_gbps: Gbps
     state: PortState
@@ -134,8 +208,8 @@ class GpuSample(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, 
 
 
 class PortSample(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
-    device: Annotated[str, msgspec.Meta(min_length=1, max_length=32)]
-    port: Annotated[int, msgspec.Meta(ge=1, le=255)]
+    device: PortDevice
+    port: PortNumber
     state: PortState
     rate_gbps: Gbps | None = None
     tx_gbps: Gbps | None = None
@@ -159,12 +233,22 @@ class Telemetry(Message, tag="telemetry"):
 
 
 class GpuEvent(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """Something that happened to a GPU or a port. ``data`` says it for people; what the server acts on
+    is in the typed fields (an XID's number, a port's transition)."""
+
     ts: Timestamp
     kind: Literal["xid", "ecc", "thermal", "pcie", "nvlink", "port"]
     gpu_index: GpuIndex | None = None
     port_device: ShortText | None = None
     xid: Annotated[int, msgspec.Meta(ge=1, le=1000)] | None = None
     data: Annotated[str, msgspec.Meta(max_length=1024)] = ""
+    # A port event's transition between two samples: the port, its state now, the state it changed from
+    # (absent when it did not change), and how often the link went down meanwhile (link_downed's increase;
+    # absent when none, so a flap shorter than the sampling interval still shows).
+    port: PortNumber | None = None
+    port_state: PortState | None = None
+    previous_port_state: PortState | None = None
+    link_downs: Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)] | None = None
 
 
 class Events(Message, tag="events"):
@@ -202,7 +286,7 @@ class Welcome(Message, tag="welcome"):
 
 
 class Ack(Message, tag="ack"):
-    stream: Literal["telemetry", "events"]
+    stream: Stream
     seq: Annotated[int, msgspec.Meta(ge=0)]
 
 
@@ -215,7 +299,7 @@ class Error(Message, tag="error"):
     code: ErrorCode
     message: Annotated[str, msgspec.Meta(max_length=2000)]
     seq: int | None = None  # the frame's seq when it had one, so the agent knows what was refused
-    stream: Literal["telemetry", "events"] | None = None  # which stream that seq belongs to
+    stream: Stream | None = None  # which stream that seq belongs to
 
 
 ServerMessage = Welcome | Ack | Error
@@ -225,13 +309,18 @@ ServerMessage = Welcome | Ack | Error
 
 
 class ProtocolError(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
+    """A refused frame: the code and message of the Error reply, and the frame's seq and stream as far
+    as they could be read from it, so the agent knows what was refused."""
+
+    def __init__(self, code: ErrorCode, message: str, *, seq: int | None = None, stream: Stream | None = None) -> None:
         super().__init__(message)
         self.code: ErrorCode = code
         self.message = message
+        self.seq = seq
+        self.stream = stream
 
     def reply(self) -> Error:
-        return Error(code=self.code, message=self.message)
+        return Error(code=self.code, message=self.message, seq=self.seq, stream=self.stream)
 
 
 _encoder = msgspec.json.Encoder()
@@ -244,28 +333,83 @@ def encode(message: Message) -> bytes:
     return _encoder.encode(message)
 
 
+class FrameSplicer:
+    """A stream's frames put together from samples or events encoded one at a time: the agent encodes
+    and validates each item once, buffers the bytes, and packs them into frames later, byte for byte
+    the frame ``encode()`` gives for the same message, without decoding anything again.
+
+    The pieces around the seq and the items are cut from what ``encode()`` writes for an empty frame
+    numbered with the largest seq, so they cannot drift from the encoder."""
+
+    def __init__(self, message: type[Telemetry] | type[Events]) -> None:
+        info = msgspec.inspect.type_info(message)
+        assert isinstance(info, msgspec.inspect.StructType)
+        (items,) = (field for field in info.fields if field.name != "seq")
+        assert isinstance(items.type, msgspec.inspect.ListType)
+        assert items.type.max_length is not None
+        largest_seq = str(2**63 - 1).encode()
+        empty = encode(message(seq=int(largest_seq), **{items.name: []}))
+        self._head, self._items_open = empty.removesuffix(b"]}").split(largest_seq)
+        self.stream: Stream = message.__struct_config__.tag  # type: ignore[assignment]
+        self.max_items = items.type.max_length  # MAX_SAMPLES_PER_FRAME, MAX_EVENTS_PER_FRAME
+        # The most the items may take, joined with commas, so that the frame fits MAX_FRAME_BYTES with any seq.
+        self.max_items_bytes = MAX_FRAME_BYTES - len(empty)
+
+    def fits(self, count: int, items_bytes: int) -> bool:
+        """Whether ``count`` items taking ``items_bytes`` (joined with commas) fit in one frame."""
+        return count <= self.max_items and items_bytes <= self.max_items_bytes
+
+    def frame(self, seq: int, items: Sequence[bytes]) -> bytes:
+        return b"".join((self._head, str(seq).encode(), self._items_open, b",".join(items), b"]}"))
+
+
+FRAME_SPLICERS: Final[dict[Stream, FrameSplicer]] = {
+    splicer.stream: splicer for splicer in (FrameSplicer(Telemetry), FrameSplicer(Events))
+}
+
+
+def message_seq(message: Message) -> tuple[int | None, Stream | None]:
+    """The seq and stream of a numbered frame (Telemetry, Events); ``(None, None)`` for other messages."""
+    if isinstance(message, Telemetry | Events):
+        return message.seq, message.__struct_config__.tag  # type: ignore[return-value]
+    return None, None
+
+
+class _Header(msgspec.Struct):
+    """What a frame that failed validation says about itself; any JSON value is accepted in each field."""
+
+    type: object = None
+    seq: object = None
+
+
+_header_decoder = msgspec.json.Decoder(_Header)
+
+
 def _decode(frame: bytes | str, decoder: msgspec.json.Decoder, tags: frozenset[str]) -> Message:
     if len(frame) > MAX_FRAME_BYTES:
-        raise ProtocolError("oversize", f"Frame of {len(frame)} bytes exceeds the {MAX_FRAME_BYTES}-byte limit.")
+        _, seq, stream = _header(frame)
+        message = f"Frame of {len(frame)} bytes exceeds the {MAX_FRAME_BYTES}-byte limit."
+        raise ProtocolError("oversize", message, seq=seq, stream=stream)
     try:
         return decoder.decode(frame)
     except msgspec.ValidationError as exc:
-        text = str(exc)
-        if "Invalid value" in text and "$.type" in text:
-            kind = _peek_type(frame)
-            raise ProtocolError(
-                "unknown_type", f"Unknown message type {kind!r}; expected one of {sorted(tags)}."
-            ) from exc
-        raise ProtocolError("invalid", text) from exc
+        kind, seq, stream = _header(frame)
+        if isinstance(kind, str) and kind not in tags:
+            message = f"Unknown message type {kind!r}; expected one of {sorted(tags)}."
+            raise ProtocolError("unknown_type", message, seq=seq) from exc
+        raise ProtocolError("invalid", str(exc), seq=seq, stream=stream) from exc
     except msgspec.DecodeError as exc:
         raise ProtocolError("malformed", f"Not a JSON message: {exc}") from exc
 
 
-def _peek_type(frame: bytes | str) -> object:
+def _header(frame: bytes | str) -> tuple[object, int | None, Stream | None]:
+    """The type, seq and stream a refused frame names, each None where it names none (or is no JSON object)."""
     try:
-        return msgspec.json.decode(frame).get("type")
-    except (msgspec.DecodeError, AttributeError):
-        return None
+        header = _header_decoder.decode(frame)
+    except msgspec.DecodeError:
+        return None, None, None
+    seq = header.seq if type(header.seq) is int else None  # not a bool, a string or a float
+    return header.type, seq, header.type if header.type in STREAMS else None  # type: ignore[return-value]
 
 
 def decode_agent_message(frame: bytes | str) -> AgentMessage:

@@ -11,9 +11,9 @@ out again after the next Welcome unless a later ack covers it.
 
 Between connections: exponential backoff with full jitter (attempt n waits a uniform draw in
 [0, min(cap, base·2ⁿ)], base 1 s, cap 60 s), reset once a connection has stayed up
-``stable_after_s``. A refused credential (close code 4401, or HTTP 401/403 at the handshake) is
-logged as an error and waits the cap: only re-enrolling fixes it, but a credential restored on the
-server is picked up again without a restart.
+``stable_after_s``. A refused credential (``CloseCode.UNAUTHORIZED``, or HTTP 401/403 at the
+handshake) is logged as an error and waits the cap: only re-enrolling fixes it, but a credential
+restored on the server is picked up again without a restart.
 """
 
 import asyncio
@@ -28,13 +28,16 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
 from agents import __version__
-from agents.buffer import STREAMS, Stream, TelemetryBuffer
+from agents.buffer import TelemetryBuffer
 from agents.protocol import (
+    STREAMS,
     Ack,
+    CloseCode,
     Error,
     Heartbeat,
     Hello,
     ProtocolError,
+    Stream,
     Welcome,
     decode_server_message,
     encode,
@@ -42,8 +45,6 @@ from agents.protocol import (
 
 log = logging.getLogger(__name__)
 
-CREDENTIAL_REFUSED: Final = 4401
-GOING_AWAY: Final = 1001
 DEFAULT_HEARTBEAT_INTERVAL_S: Final = 5.0
 PERMANENT_REFUSALS: Final = frozenset({"invalid", "oversize"})  # resending the same frame cannot help
 
@@ -182,30 +183,37 @@ class Transport:
             if exc.response.status_code in (401, 403):
                 raise CredentialRefused(f"HTTP {exc.response.status_code} at the WebSocket handshake") from exc
             raise
-        async with websocket:
-            self._websocket = websocket
-            try:
-                welcome = await self._handshake(websocket)
-                conversation = _Conversation(websocket, self.session, welcome, self.max_in_flight)
-                self.connected = True
-                self.connections += 1
-                loop = asyncio.get_running_loop()
-                established = loop.time()
-                log.info("%s: connected to %s as node %d", self.session.label, self.url, welcome.node_id)
+        lost: ConnectionClosed | None = None
+        try:
+            async with websocket:
+                self._websocket = websocket
                 try:
-                    await conversation.run(stop, self.heartbeat_interval)
+                    await self._converse(websocket, stop)
                 finally:
-                    self.connected = False
-                    if loop.time() - established >= self.stable_after_s:
-                        self.backoff.reset()
-            except ConnectionClosed as exc:
-                if exc.rcvd is not None and exc.rcvd.code == CREDENTIAL_REFUSED:
-                    raise CredentialRefused(exc.rcvd.reason or "close code 4401") from exc
-                raise
-            finally:
-                self._websocket = None
-            if websocket.close_code == CREDENTIAL_REFUSED:
-                raise CredentialRefused(websocket.close_reason or "close code 4401")
+                    self._websocket = None
+        except ConnectionClosed as exc:
+            lost = exc
+        # Leaving ``async with`` waited for the close: the code is known, however the connection ended
+        # (refused before the Welcome, or later once the credential was revoked).
+        if websocket.close_code == CloseCode.UNAUTHORIZED:
+            raise CredentialRefused(websocket.close_reason or f"close code {CloseCode.UNAUTHORIZED}") from lost
+        if lost is not None:
+            raise lost
+
+    async def _converse(self, websocket: ClientConnection, stop: asyncio.Event) -> None:
+        welcome = await self._handshake(websocket)
+        conversation = _Conversation(websocket, self.session, welcome, self.max_in_flight)
+        self.connected = True
+        self.connections += 1
+        loop = asyncio.get_running_loop()
+        established = loop.time()
+        log.info("%s: connected to %s as node %d", self.session.label, self.url, welcome.node_id)
+        try:
+            await conversation.run(stop, self.heartbeat_interval)
+        finally:
+            self.connected = False
+            if loop.time() - established >= self.stable_after_s:
+                self.backoff.reset()
 
     async def _handshake(self, websocket: ClientConnection) -> Welcome:
         await websocket.send(encode(self.session.hello()), text=True)
@@ -246,14 +254,14 @@ class _Conversation:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         if stopped in done:
-            await self.websocket.close(GOING_AWAY, "agent stopping")
+            await self.websocket.close(CloseCode.GOING_AWAY, "agent stopping")
             return
         for task in done:
             failure = task.exception()
             if failure is not None and not isinstance(failure, ConnectionClosed):
                 # A bug here must not end the agent: log it loudly, drop this connection, reconnect.
                 log.error("%s: connection loop failed", self.session.label, exc_info=failure)
-                await self.websocket.close(1011, "agent error")
+                await self.websocket.close(CloseCode.INTERNAL_ERROR, "agent error")
 
     async def _send_loop(self) -> None:
         wake = self.session.wake

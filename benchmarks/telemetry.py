@@ -108,9 +108,8 @@ def prepare_fleet(nodes: int, credentials_file: Path, server_url: str) -> tuple[
     import msgspec
     from django.test import Client
 
-    from agents.buffer import write_private_file
-    from agents.cli import FleetCredentials, SimulatedNodeCredential
-    from agents.config import websocket_url
+    from agents.config import FleetCredentials, SimulatedNodeCredential, websocket_url
+    from agents.durable import write_private_file
     from apps.accounts.models import User
     from apps.gateway.models import NodeCredential
     from apps.inventory.models import Gpu, Node

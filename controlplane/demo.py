@@ -373,9 +373,8 @@ def issue_fleet_credentials(path: Path, server_url: str, say: Callable[[str], No
     """
     from django.db import transaction
 
-    from agents.buffer import write_private_file
-    from agents.cli import FleetCredentials, SimulatedNodeCredential
-    from agents.config import websocket_url
+    from agents.config import FleetCredentials, SimulatedNodeCredential, websocket_url
+    from agents.durable import write_private_file
     from apps.accounts.audit import record
     from apps.gateway.models import NodeCredential
     from apps.inventory.models import Node

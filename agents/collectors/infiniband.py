@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Final
 
 from agents.collectors.hostfacts import short_text
-from agents.protocol import GpuEvent, PortInfo, PortSample, PortState
+from agents.protocol import Gbps, GpuEvent, PortInfo, PortSample, PortState, range_of
 
 log = logging.getLogger(__name__)
 
 SYSFS_ROOT: Final = Path("/sys/class/infiniband")
-MAX_GBPS: Final = 10_000.0  # agents.protocol.Gbps
+GBPS: Final = range_of(Gbps)
 LEGACY_COUNTER_MAX: Final = 2**32 - 1  # 32-bit PMA counters stop (saturate) here instead of wrapping
 _BITS_PER_WORD: Final = 4 * 8
 
@@ -44,7 +44,7 @@ def parse_rate(text: str | None) -> float | None:
         rate = float((text or "").split()[0])
     except (IndexError, ValueError):
         return None
-    return rate if 0 <= rate <= MAX_GBPS else None
+    return rate if rate in GBPS else None
 
 
 def parse_state(text: str | None, physical: str | None) -> PortState:
@@ -89,20 +89,30 @@ def _guid(text: str | None) -> str | None:
 
 
 def port_event(previous: PortSample | None, current: PortSample, now: float) -> GpuEvent | None:
-    """The event a port's change between two samples makes, if any (shared with the simulator)."""
+    """The event a port's change between two samples makes, if any (shared with the simulator): the
+    transition in the event's typed fields, and said in its text for people."""
     if previous is None:
         return None
-    changes = []
-    if previous.state != current.state:
-        changes.append(f"state {previous.state} → {current.state}")
-    if previous.link_downed is not None and current.link_downed is not None:
-        downs = current.link_downed - previous.link_downed
-        if downs > 0:
-            changes.append(f"link went down {downs} time{'s' if downs > 1 else ''}")
-    if not changes:
+    changed_from = previous.state if previous.state != current.state else None
+    before, after = previous.link_downed, current.link_downed
+    downs = after - before if before is not None and after is not None and after > before else None
+    if changed_from is None and downs is None:
         return None
-    text = f"{current.device} port {current.port}: {'; '.join(changes)}"
-    return GpuEvent(ts=now, kind="port", port_device=current.device, data=text)
+    changes = []
+    if changed_from is not None:
+        changes.append(f"state {changed_from} → {current.state}")
+    if downs is not None:
+        changes.append(f"link went down {downs} time{'s' if downs > 1 else ''}")
+    return GpuEvent(
+        ts=now,
+        kind="port",
+        port_device=current.device,
+        port=current.port,
+        port_state=current.state,
+        previous_port_state=changed_from,
+        link_downs=downs,
+        data=f"{current.device} port {current.port}: {'; '.join(changes)}",
+    )
 
 
 _SAMPLED_FILES: Final = (
@@ -230,7 +240,7 @@ def _gbps(before: int, after: int, elapsed: float) -> float | None:
     if elapsed <= 0 or after < before or after == LEGACY_COUNTER_MAX:
         return None  # reset, reload or a saturated 32-bit counter: no honest rate this time
     rate = (after - before) * _BITS_PER_WORD / 1e9 / elapsed
-    return rate if rate <= MAX_GBPS else None
+    return rate if rate in GBPS else None
 
 
 def _listdir(path: Path) -> list[str]:

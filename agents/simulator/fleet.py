@@ -96,8 +96,8 @@ async def run_fleet(
     ]
     log.info("fleet: starting %d simulated %s node(s) against %s", len(agents), profile, server_url)
     runs = [
-        asyncio.create_task(_run_staggered(agent, stop, interval * index / max(len(agents), 1)))
-        for index, agent in enumerate(agents)
+        asyncio.create_task(_run_staggered(agent, stop, delay))
+        for agent, delay in zip(agents, start_offsets(len(agents), interval), strict=True)
     ]
     reporter = asyncio.create_task(_report(agents, report_interval))
     try:
@@ -109,6 +109,11 @@ async def run_fleet(
         await asyncio.gather(reporter, *runs, return_exceptions=True)
     _log_summary(agents)
     return agents
+
+
+def start_offsets(count: int, interval: float) -> list[float]:
+    """When each of ``count`` nodes starts, in seconds after the first: evenly across one interval."""
+    return [interval * index / count for index in range(count)]
 
 
 async def _run_staggered(agent: SimulatedNodeAgent, fleet_stop: asyncio.Event, delay: float) -> None:

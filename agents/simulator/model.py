@@ -17,7 +17,7 @@ the same sample times give the same samples, and the fault stream is separate fr
 so adding a fault does not change the rest of the fleet's numbers.
 
 Cost: one 8-GPU, 8-port node sample takes about 35 µs on this project's 2-core development machine
-(CPython 3.11; tests/agents/test_simulator_model.py measures it), so 1,000 nodes at 1 Hz spend about
+(CPython 3.11; benchmarks/sample_cost.py measures it), so 1,000 nodes at 1 Hz spend about
 3.5% of one core simulating.
 """
 

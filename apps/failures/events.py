@@ -7,7 +7,6 @@ telemetry event sink call.
 - ``node_unreachable(node_id)`` / ``node_recovered(node_id)``: the liveness hook.
 """
 
-import re
 from datetime import UTC, datetime
 
 from django.db import transaction
@@ -31,26 +30,24 @@ def port_name(device: str, port: int = 1) -> str:
     return f"{device}/{port}"
 
 
-# A port event's text, as agents.collectors.infiniband.port_event writes it:
-# "mlx5_0 port 1: state active → down; link went down 2 times".
-_PORT_NUMBER = re.compile(r"\bport (\d+):")
-_CAME_UP = re.compile(r"\bstate \w+ → active\b")
-_WENT_DOWN = "went down"
-
-
 def event_port_name(event: GpuEvent) -> str:
     """The port an event is about: ``port_device`` ("mlx5_0", or "mlx5_0/1" and "mlx5_0:1" from other
-    agents), with the port number from the event's text when the device alone is given (else port 1)."""
+    agents) and the event's ``port`` number when the device alone is given (else port 1)."""
     device, separator, number = (event.port_device or "").replace(":", "/").partition("/")
-    if not (separator and number.isdigit()):
-        in_text = _PORT_NUMBER.search(event.data)
-        number = in_text.group(1) if in_text else "1"
-    return port_name(device, int(number))
+    if separator and number.isdigit():
+        return port_name(device, int(number))
+    return port_name(device, event.port or 1)
 
 
 def is_recovery(event: GpuEvent) -> bool:
-    """A port that came back up and did not go down on the way: nothing new has failed."""
-    return event.kind == "port" and bool(_CAME_UP.search(event.data)) and _WENT_DOWN not in event.data
+    """A port that came back up and did not go down on the way: nothing new has failed. (A port event
+    without its transition, from an agent older than those fields, is never taken for one.)"""
+    return (
+        event.kind == "port"
+        and event.port_state == "active"
+        and event.previous_port_state not in (None, "active")
+        and event.link_downs is None
+    )
 
 
 def observe_event(node_id: int, event: GpuEvent) -> Observation:

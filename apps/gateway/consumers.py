@@ -10,16 +10,15 @@ one), is counted, and the connection goes on. Database work runs off the event l
 there is none besides what the message stores: liveness, error counts and revocation checks are
 batched for all connections of the process (bookkeeping.py).
 
-Close codes: 4401 credential missing, invalid or revoked; 4403 the agent claimed to be another
-node; 4409 a newer connection of the same node took over; 4426 unsupported protocol version.
+The close codes it uses (4401 credential refused, 4403 impersonation, 4409 superseded, 4426
+protocol version) are ``agents.protocol.CloseCode``, which the agent reads too.
 """
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Any
 
-import msgspec
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
@@ -39,47 +38,11 @@ from controlplane.websockets import client_gone
 
 logger = logging.getLogger(__name__)
 
-CLOSE_UNAUTHORIZED: Final = 4401
-CLOSE_FORBIDDEN: Final = 4403
-CLOSE_SUPERSEDED: Final = 4409
-CLOSE_PROTOCOL_VERSION: Final = 4426
-
-Stream = Literal["telemetry", "events"]
-
-
-_STREAMS: Final[dict[str | None, Stream]] = {"telemetry": "telemetry", "events": "events"}
-
 # Inventories are applied on a thread of their own, one at a time as before, not on the sync thread
 # every other database call of these consumers queues on: when a thousand agents connect at once,
 # their first inventories (tens of queries each) held up the next agents' authentication and Welcome
 # past the agents' 10 s handshake timeout, and those agents came back to do it all again.
 _inventory_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-inventory")
-
-
-class _FrameSeq(msgspec.Struct):
-    type: Any = None
-    seq: Any = None
-
-
-_frame_seq_decoder = msgspec.json.Decoder(_FrameSeq)
-
-
-def frame_seq(frame: bytes) -> tuple[int | None, Stream | None]:
-    """The seq and stream of a frame that failed validation, as far as they are readable, for the Error reply."""
-    try:
-        peeked = _frame_seq_decoder.decode(frame)
-    except msgspec.DecodeError:
-        return None, None
-    seq = peeked.seq if type(peeked.seq) is int else None  # not a bool, a string or a float
-    return seq, _STREAMS.get(peeked.type) if isinstance(peeked.type, str) else None
-
-
-def message_seq(message: protocol.AgentMessage) -> tuple[int | None, Stream | None]:
-    if isinstance(message, protocol.Telemetry):
-        return message.seq, "telemetry"
-    if isinstance(message, protocol.Events):
-        return message.seq, "events"
-    return None, None
 
 
 def _header(scope: dict[str, Any], name: bytes) -> str:
@@ -126,7 +89,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         if credential is None:
             reason = "missing credential" if presented is None else "invalid or revoked credential"
             bookkeeper().count_error(None, CounterCode.UNAUTHORIZED, f"{reason} from {self.remote_addr}")
-            await self._close(CLOSE_UNAUTHORIZED, f"Refused: {reason}.")
+            await self._close(protocol.CloseCode.UNAUTHORIZED, f"Refused: {reason}.")
             return
         self.credential, self.node = credential, credential.node
         bookkeeper().connected(credential.pk)
@@ -140,7 +103,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         if self.said_hello:
             await database_sync_to_async(_record_disconnect)(self.node.pk, self.connected_at)
 
-    async def _close(self, code: int, reason: str) -> None:
+    async def _close(self, code: protocol.CloseCode, reason: str) -> None:
         self.closing = True
         await self.close(code=code, reason=reason[:120])
 
@@ -159,9 +122,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
         try:
             message = protocol.decode_agent_message(frame)
         except protocol.ProtocolError as exc:
-            await self._reply_error(exc.code, exc.message, *frame_seq(frame))
+            await self._reply_error(exc.code, exc.message, exc.seq, exc.stream)
             return
-        refused = message_seq(message)
+        refused = protocol.message_seq(message)
         try:
             await self._handle(message)
         except protocol.ProtocolError as exc:
@@ -204,7 +167,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         if hello.protocol != protocol.PROTOCOL_VERSION:
             message = f"This server speaks protocol {protocol.PROTOCOL_VERSION}, not {hello.protocol}."
             await self._reply_error("protocol_version", message)
-            await self._close(CLOSE_PROTOCOL_VERSION, message)
+            await self._close(protocol.CloseCode.PROTOCOL_VERSION, message)
             return
         if hello.hostname != self.node.hostname:
             await self._refuse_impersonation(hello.hostname, "hello")
@@ -245,14 +208,14 @@ class AgentConsumer(AsyncWebsocketConsumer):
         )
         text = f"This credential speaks for {self.node.hostname} only; refused {where} as {claimed}."
         await self._reply_error("forbidden", text)
-        await self._close(CLOSE_FORBIDDEN, text)
+        await self._close(protocol.CloseCode.FORBIDDEN, text)
 
     async def _refuse_revoked(self) -> None:
         await self._reply_error("forbidden", "This credential was revoked; enroll the node again.")
-        await self._close(CLOSE_UNAUTHORIZED, "Credential revoked.")
+        await self._close(protocol.CloseCode.UNAUTHORIZED, "Credential revoked.")
 
     async def _reply_error(
-        self, code: protocol.ErrorCode, message: str, seq: int | None = None, stream: Stream | None = None
+        self, code: protocol.ErrorCode, message: str, seq: int | None = None, stream: protocol.Stream | None = None
     ) -> None:
         bookkeeper().count_error(self.node.pk, code, message)
         await self._send(protocol.Error(code=code, message=message[:2000], seq=seq, stream=stream))
@@ -277,7 +240,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         # this one for it sent a thousand agents connecting at once round and round.
         if self.said_hello and event.get("hello_at", float("inf")) < self.connected_at.timestamp():
             return
-        await self._close(CLOSE_SUPERSEDED, "A newer connection of this node took over.")
+        await self._close(protocol.CloseCode.SUPERSEDED, "A newer connection of this node took over.")
 
     async def credential_revoked(self, event: dict[str, Any]) -> None:
         if self.credential is not None and event["credential_id"] == self.credential.pk and not self.closing:

@@ -1,6 +1,7 @@
 """Test doubles for the agent: a collector that fills every field of 8 GPUs, and a control plane
-that speaks the wire protocol over a real WebSocket (Welcome, Ack, Error, 4401) and stores what it
-receives with the server's dedup rule (a seq at or below the stored cursor is not stored again).
+that speaks the wire protocol over a real WebSocket (Welcome, Ack, Error, CloseCode.UNAUTHORIZED)
+and stores what it receives with the server's dedup rule (a seq at or below the stored cursor is
+not stored again).
 
 The benchmark ``benchmarks/agent_cost.py`` uses both, so they stay plain Python (no pytest)."""
 
@@ -14,12 +15,15 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
+from agents.durable import write_private_file
 from agents.protocol import (
     Ack,
+    CloseCode,
     Error,
     Events,
     GpuEvent,
@@ -39,16 +43,18 @@ from agents.protocol import (
     encode,
 )
 
-CREDENTIAL_REFUSED = 4401
 # ``python -c`` program: ``cp-agent ARGS`` with FakeCollector standing in for the simulator's model, so
 # ``cp-agent run --simulated PROFILE`` runs the real CLI path in a subprocess (tests, agent_cost benchmark).
+# $FAKE_COLLECTOR_TALLY names a file the collector writes its count of samples to, for a test to watch.
 RUN_WITH_FAKE_COLLECTOR = """
+import os
 import sys
 import agents.simulator.fleet as fleet
 from agents.cli import main
 from tests.agents.doubles import FakeCollector
 
-fleet.simulated_collector_factory = lambda: lambda profile, hostname, seed, faults: FakeCollector(hostname)
+tally = os.environ.get("FAKE_COLLECTOR_TALLY")
+fleet.simulated_collector_factory = lambda: lambda profile, hostname, seed, faults: FakeCollector(hostname, tally=tally)
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -74,10 +80,18 @@ class FakeCollector:
     """Implements ``agents.collectors.base.Collector``: every field of every GPU and port, plausible values."""
 
     def __init__(
-        self, hostname: str = "node-001", *, gpus: int = 8, ports: int = 8, seed: int = 0, limit: int | None = None
+        self,
+        hostname: str = "node-001",
+        *,
+        gpus: int = 8,
+        ports: int = 8,
+        seed: int = 0,
+        limit: int | None = None,
+        tally: str | None = None,
     ) -> None:
         self.simulated = True
         self.limit = limit  # after this many samples, sample() fails (a GPU that stopped answering)
+        self.tally = tally  # a file that holds how many samples were taken, rewritten after each
         self.hostname = hostname
         self.gpus = gpus
         self.ports = ports
@@ -115,6 +129,8 @@ class FakeCollector:
         if self.limit is not None and len(self.sampled_at) >= self.limit:
             raise RuntimeError("the GPUs stopped answering")
         self.sampled_at.append(now)
+        if self.tally is not None:
+            write_private_file(Path(self.tally), str(len(self.sampled_at)).encode())
         r = self.random.random
         return NodeSample(
             ts=now,
@@ -196,6 +212,7 @@ class FakeControlPlane:
         self.port = 0
         self._server: Server | None = None
         self._ids = itertools.count(1)
+        self._live: dict[str, ServerConnection] = {}  # by credential
 
     def add_node(self, hostname: str, credential: str | None = None) -> str:
         node_id = next(self._ids)
@@ -205,6 +222,12 @@ class FakeControlPlane:
 
     def node(self, hostname: str) -> NodeRecord:
         return next(n for n in self.nodes.values() if n.hostname == hostname)
+
+    async def revoke(self, credential: str) -> None:
+        """Forget the credential and close its node's live socket, as the gateway does on a revocation."""
+        self.nodes.pop(credential)
+        if (connection := self._live.get(credential)) is not None:
+            await connection.close(CloseCode.UNAUTHORIZED, "Credential revoked.")
 
     @property
     def running(self) -> bool:
@@ -232,9 +255,10 @@ class FakeControlPlane:
         authorization = connection.request.headers.get("Authorization", "")
         node = self.nodes.get(authorization.removeprefix("Bearer "))
         if node is None:
-            await connection.close(CREDENTIAL_REFUSED, "credential refused")
+            await connection.close(CloseCode.UNAUTHORIZED, "credential refused")
             return
         node.connections += 1
+        self._live[authorization.removeprefix("Bearer ")] = connection
         try:
             async for frame in connection:
                 reply = self._answer(node, frame)

@@ -125,6 +125,7 @@ class FakeGpu:
     unsupported: set[Any] = field(default_factory=set)  # function names, or (name, *args) tuples
     failing: dict[Any, int] = field(default_factory=dict)  # the same keys → NVML error code
     field_status: dict[int, int] = field(default_factory=dict)  # field id → nvmlReturn
+    read_at_us: int = 0  # the timestamp NVML gives a field value; 0, as many drivers give, for none
 
     def __post_init__(self) -> None:
         self.uuid = self.uuid or f"GPU-{self.index:08x}-1111-2222-3333-4444{self.index:08x}"
@@ -322,6 +323,7 @@ class FakeNvml:
                 status = pynvml.NVML_ERROR_INVALID_ARGUMENT
             slot.nvmlReturn = status
             slot.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+            slot.timestamp = gpu.read_at_us
             slot.value.ullVal = value or 0
         return values
 

@@ -7,7 +7,8 @@ import stat
 
 import pytest
 
-from agents.buffer import TelemetryBuffer, spool_summary, write_private_file
+from agents.buffer import TelemetryBuffer
+from agents.durable import write_private_file
 from agents.protocol import (
     MAX_FRAME_BYTES,
     MAX_SAMPLES_PER_FRAME,
@@ -17,6 +18,7 @@ from agents.protocol import (
     decode_agent_message,
     encode,
 )
+from agents.spool import spool_summary
 from tests.agents.doubles import FakeCollector
 
 T0 = 1_700_000_000.0

@@ -8,12 +8,14 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from agents.buffer import TelemetryBuffer
-from agents.cli import EXIT_CONFIG, EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE, main
+from agents.cli import main
+from agents.commandline import EXIT_CONFIG, EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE
 from agents.config import load_config
 from tests.agents.doubles import RUN_WITH_FAKE_COLLECTOR, FakeEnrollmentServer
 
@@ -185,21 +187,32 @@ def test_run_samples_while_the_server_is_away_and_a_sigterm_flushes_the_buffer_t
         )
     )
     command = ["run", "--config", str(config), "--simulated", "h100", "--interval", "0.1"]
+    tally = tmp_path / "samples-taken"
     agent = subprocess.Popen(
         [sys.executable, "-c", RUN_WITH_FAKE_COLLECTOR, *command],
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env={**os.environ, "PYTHONPATH": str(REPO), "FAKE_COLLECTOR_TALLY": str(tally)},
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 20
-    while not (state / "state.json").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.5)  # a few samples at 0.1 s
+    wait_for(lambda: samples_taken(tally) >= 3 or agent.poll() is not None)
 
     agent.send_signal(signal.SIGTERM)
     _, log = agent.communicate(timeout=15)
 
     assert agent.returncode == EXIT_OK, log
-    assert TelemetryBuffer(state).buffered_samples >= 3
+    assert TelemetryBuffer(state).buffered_samples == samples_taken(tally) >= 3  # every one, nothing lost
     assert "cannot talk to ws://127.0.0.1:9/ws/agent" in log
+
+
+def samples_taken(tally: Path) -> int:
+    return int(tally.read_text()) if tally.exists() else 0
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    """Poll ``condition`` until it holds; fail after ``timeout`` seconds (a hung subprocess, not a slow one)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(0.02)

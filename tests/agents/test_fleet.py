@@ -8,8 +8,10 @@ import threading
 
 import pytest
 
-from agents.cli import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_REFUSED, _fleet_credentials, _parser, main
-from agents.simulator.fleet import run_fleet
+from agents.cli import build_parser, main
+from agents.commandline import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_REFUSED
+from agents.simulator.cli import fleet_credentials
+from agents.simulator.fleet import run_fleet, start_offsets
 from tests.agents.doubles import FakeCollector, FakeControlPlane, FakeEnrollmentServer, wait_until
 
 ABNORMAL_CLOSURE = 1006
@@ -30,6 +32,28 @@ class MortalCollector(FakeCollector):
 def fleet_of(control_plane: FakeControlPlane, count: int) -> list[tuple[str, str]]:
     hostnames = [f"sim-{i:04d}" for i in range(1, count + 1)]
     return [(hostname, control_plane.add_node(hostname)) for hostname in hostnames]
+
+
+def fleet_running(
+    control_plane: FakeControlPlane,
+    nodes: list[tuple[str, str]],
+    collectors: dict[str, FakeCollector],
+    stop: asyncio.Event,
+    *,
+    interval: float,
+) -> asyncio.Task:
+    """``run_fleet`` of these nodes, each over its collector in ``collectors``, running as a task."""
+    return asyncio.create_task(
+        run_fleet(
+            control_plane.url,
+            nodes,
+            "h100",
+            1,
+            stop=stop,
+            interval=interval,
+            collector_factory=lambda profile, hostname, seed, faults: collectors[hostname],
+        )
+    )
 
 
 @pytest.mark.asyncio
@@ -57,8 +81,26 @@ async def test_twenty_agents_in_one_loop_all_deliver_every_sample_once(control_p
         assert record.connections == 1
         assert record.close_codes == [1001]  # a clean goodbye
         assert agent.buffer.dropped_samples == 0
-    first_samples = sorted(c.sampled_at[0] for c in collectors.values())
-    assert first_samples[-1] - first_samples[0] >= 0.05  # spread over the interval, not all at once
+
+
+def test_nodes_start_spread_evenly_over_one_interval():
+    assert start_offsets(4, 1.0) == [0.0, 0.25, 0.5, 0.75]
+    assert start_offsets(1, 2.0) == [0.0]
+    assert start_offsets(0, 1.0) == []
+
+
+@pytest.mark.asyncio
+async def test_a_node_waiting_for_its_start_never_starts_when_the_fleet_stops_first(control_plane):
+    nodes = fleet_of(control_plane, 2)
+    collectors = {hostname: FakeCollector(hostname, gpus=1, ports=0) for hostname, _ in nodes}
+    stop = asyncio.Event()
+    fleet = fleet_running(control_plane, nodes, collectors, stop, interval=3600)  # the second's turn: in 30 min
+    await wait_until(lambda: control_plane.node("sim-0001").stored_samples)
+    stop.set()
+    await asyncio.wait_for(fleet, 10)
+
+    assert collectors["sim-0002"].sampled_at == []
+    assert control_plane.node("sim-0002").connections == 0
 
 
 @pytest.mark.asyncio
@@ -68,17 +110,7 @@ async def test_a_node_that_dies_drops_its_socket_and_stops_while_the_rest_go_on(
         hostname: MortalCollector(hostname, lifetime=3 if hostname == "sim-0002" else 10**6) for hostname, _ in nodes
     }
     stop = asyncio.Event()
-    fleet = asyncio.create_task(
-        run_fleet(
-            control_plane.url,
-            nodes,
-            "h100",
-            1,
-            stop=stop,
-            interval=0.1,
-            collector_factory=lambda profile, hostname, seed, faults: collectors[hostname],
-        )
-    )
+    fleet = fleet_running(control_plane, nodes, collectors, stop, interval=0.1)
     dead = control_plane.node("sim-0002")
     await wait_until(lambda: dead.close_codes)
     await wait_until(lambda: len(control_plane.node("sim-0001").stored_samples) >= 8)
@@ -168,7 +200,7 @@ def fleet_file(path, hostnames: list[str]) -> list[str]:
 def test_simulate_without_a_token_runs_the_first_nodes_the_credentials_file_lists(tmp_path):
     argv = fleet_file(tmp_path / "fleet.json", ["gpu-007", "gpu-001", "gpu-003"])
 
-    credentials = _fleet_credentials(_parser().parse_args([*argv, "--nodes", "2"]))
+    credentials = fleet_credentials(build_parser().parse_args([*argv, "--nodes", "2"]))
 
     assert [node.hostname for node in credentials.nodes] == ["gpu-007", "gpu-001"]
     assert credentials.nodes[0].credential == "cpn_gpu-007"

@@ -177,6 +177,27 @@ def test_it_reports_state_changes_and_link_downs_as_port_events(sysfs):
         ("port", "mlx5_3", T0 + 1, "mlx5_3 port 1: state active → polling; link went down 1 time"),
         ("port", "mlx5_3", T0 + 2, "mlx5_3 port 1: state polling → active; link went down 2 times"),
     ]
+    assert [(e.port, e.previous_port_state, e.port_state, e.link_downs) for e in events] == [
+        (1, "active", "polling", 1),
+        (1, "polling", "active", 2),
+    ]
+
+
+def test_a_port_event_carries_only_what_changed(sysfs):
+    port = write_port(sysfs, "mlx5_0", 2, counters=COUNTERS)
+    collector = InfiniBandCollector(sysfs)
+    collector.sample(T0)
+    set_counters(port, link_downed=4)  # a flap shorter than the interval: the state is active again
+    collector.sample(T0 + 1)
+    (port / "state").write_text("1: DOWN\n")
+    collector.sample(T0 + 2)
+    set_counters(port, link_downed=0)  # a counter reset is no link going down
+    collector.sample(T0 + 3)
+
+    flap, down = collector.drain_events()
+    assert (flap.port, flap.previous_port_state, flap.port_state, flap.link_downs) == (2, None, "active", 4)
+    assert (down.port, down.previous_port_state, down.port_state, down.link_downs) == (2, "active", "down", None)
+    assert down.data == "mlx5_0 port 2: state active → down"
 
 
 def test_it_drops_a_port_whose_hca_went_away_and_discovery_says_so(sysfs):

@@ -102,6 +102,20 @@ def test_it_has_no_rates_on_the_first_sample():
     assert {"pcie_tx_kbps", "pcie_rx_kbps", "nvlink_tx_kbps", "nvlink_rx_kbps"} == ALL_FIELDS - present(first.gpus[0])
 
 
+def test_its_rates_are_over_the_time_nvml_stamped_the_counters_with_when_it_gives_one():
+    gpu = FakeGpu(0, read_at_us=1_760_000_000 * 10**6)
+    fake = FakeNvml([gpu])
+    with fake.patched():
+        collector = NvmlCollector(hostname="gpu-001")
+        collector.sample(T0)
+        gpu.advance(1.0)
+        gpu.read_at_us += 2 * 10**6  # the driver read the counters 2 s apart, though the samples are 1 s apart
+        second = collector.sample(T0 + 1).gpus[0]
+
+    assert (second.pcie_tx_kbps, second.pcie_rx_kbps) == (5_000_000, 10_000_000)
+    assert second.nvlink_tx_kbps == pytest.approx(50_000_000, rel=1e-6)
+
+
 def test_it_reads_all_links_in_one_field_value_batch_per_gpu(nvml):
     collector, _ = collect(nvml)
     batch = nvml.mocks["nvmlDeviceGetFieldValues"]
@@ -441,7 +455,7 @@ def test_it_asks_again_after_a_passing_error(caplog):
     fake = FakeNvml([gpu])
     with fake.patched():
         collector = NvmlCollector(hostname="gpu-001")
-        with caplog.at_level(logging.DEBUG, logger="agents.collectors.nvml"):
+        with caplog.at_level(logging.DEBUG, logger="agents.collectors.nvml_readers"):
             during = collector.sample(T0)
         gpu.failing.clear()
         after = collector.sample(T0 + 1)
@@ -500,19 +514,14 @@ def test_it_reports_xid_79_once_when_the_event_and_the_lost_gpu_both_say_so(nvml
     assert [(e.xid, e.gpu_index) for e in events] == [(79, 2)]
 
 
-def test_it_samples_8_gpus_with_little_python_overhead(nvml):
-    """The figure the agent's CPU budget rests on: with NVML itself answering instantly (the fake),
-    what the collector's own Python costs per 8-GPU sample."""
-    import time
-
+def test_it_asks_nvml_nine_times_per_gpu_and_sample(nvml):
+    """What the agent's CPU budget rests on (its time is benchmarks/nvml_collector.py's): eight
+    single-value calls and one field-value batch per GPU, once every field has been found."""
     collector, _ = collect(nvml)
     for mock_function in nvml.mocks.values():
         mock_function.reset_mock()
-    started = time.perf_counter()
     for second in range(20):
         collector.sample(T0 + 2 + second)
-    per_sample = (time.perf_counter() - started) / 20
 
     calls_per_sample = sum(m.call_count for m in nvml.mocks.values()) / 20
-    assert calls_per_sample == 8 * (8 + 1)  # eight single-value calls and one batch per GPU
-    assert per_sample < 0.05  # generous: the fake and autospec dominate; see the report for the figure
+    assert calls_per_sample == 8 * (8 + 1)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from agents.simulator import FaultSpec, FaultSpecError, parse_fault_spec
+from agents.simulator.faults import FaultSpec, FaultSpecError, parse_fault_spec
 
 
 def test_it_reads_every_form_of_entry():

@@ -151,8 +151,10 @@ async def test_reconnects_back_off_with_jitter_and_reset_after_a_stable_connecti
 
 
 @pytest.mark.asyncio
-async def test_a_refused_credential_backs_off_to_the_cap_and_says_so_loudly(control_plane, make_agent, caplog):
-    agent = make_agent("gpu-a5", credential="cpn_9_revoked")
+@pytest.mark.parametrize("when", ["at connect", "once connected"])
+async def test_a_refused_credential_backs_off_to_the_cap_and_says_so_loudly(control_plane, make_agent, caplog, when):
+    credential = control_plane.add_node("gpu-a5") if when == "once connected" else "cpn_9_revoked"
+    agent = make_agent("gpu-a5", credential=credential)
     delays: list[float] = []
 
     async def sleep(delay: float, stop: asyncio.Event) -> None:
@@ -160,10 +162,13 @@ async def test_a_refused_credential_backs_off_to_the_cap_and_says_so_loudly(cont
         stop.set()
 
     agent.transport = Transport(
-        control_plane.url, "cpn_9_revoked", agent, backoff=Backoff(base=1.0, cap=60.0, rand=lambda: 0.0), sleep=sleep
+        control_plane.url, credential, agent, backoff=Backoff(base=1.0, cap=60.0, rand=lambda: 0.0), sleep=sleep
     )
     with caplog.at_level(logging.ERROR):
         async with running(agent) as stop:
+            if when == "once connected":
+                await wait_until(lambda: agent.transport.connected)
+                await control_plane.revoke(credential)
             await stop.wait()
 
     assert delays == [30.0]  # the cap, jittered only within its upper half

@@ -5,7 +5,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agents.protocol import GpuEvent
+from agents.collectors import infiniband
+from agents.protocol import GpuEvent, PortSample, PortState
 from apps.accounts.models import AuditLogEntry
 from apps.failures.choices import FailureKind, FailureState, Severity
 from apps.failures.events import record_event, record_events
@@ -206,38 +207,52 @@ def test_a_side_effect_shortly_before_its_causes_first_sighting_is_linked(node):
 # Port events ------------------------------------------------------------------------------------
 
 
-def port_event(text: str, device: str = "mlx5_1") -> GpuEvent:
-    return GpuEvent(ts=T0, kind="port", port_device=device, data=text)
+def port_event(
+    previous_state: PortState | None, state: PortState, link_downs: int | None = None, port: int = 1
+) -> GpuEvent:
+    """A port event as the agent sends it, its text saying something else: the server reads the fields."""
+    return GpuEvent(
+        ts=T0,
+        kind="port",
+        port_device="mlx5_1",
+        port=port,
+        port_state=state,
+        previous_port_state=previous_state,
+        link_downs=link_downs,
+        data="state unknown → active",
+    )
 
 
 def test_a_port_going_down_opens_a_failure_on_that_port(node):
-    failure = record_event(node.pk, port_event("mlx5_1 port 1: state active → down"))
+    failure = record_event(node.pk, port_event("active", "down"))
     assert (failure.kind, failure.port_name, failure.severity) == (FailureKind.INFINIBAND, "mlx5_1/1", Severity.ERROR)
 
 
 def test_a_flap_between_two_samples_is_a_failure_even_though_the_port_is_up_again(node):
-    assert record_event(node.pk, port_event("mlx5_1 port 1: link went down 1 time")) is not None
-    assert record_event(node.pk, port_event("mlx5_1 port 1: state polling → active; link went down 2 times"))
+    assert record_event(node.pk, port_event(None, "active", link_downs=1)) is not None
+    assert record_event(node.pk, port_event("polling", "active", link_downs=2)) is not None
     assert Failure.objects.get().count == 2
 
 
 def test_a_port_coming_back_up_opens_nothing_and_leaves_the_failure_for_someone_to_look_at(node):
-    down = record_event(node.pk, port_event("mlx5_1 port 1: state active → down"))
-    assert record_event(node.pk, port_event("mlx5_1 port 1: state down → active")) is None
+    down = record_event(node.pk, port_event("active", "down"))
+    assert record_event(node.pk, port_event("down", "active")) is None
     down.refresh_from_db()
     assert (down.state, down.count) == (FailureState.OPEN, 1)
 
 
-def test_the_port_number_comes_from_the_events_text_when_the_device_alone_is_named(node):
-    failure = record_event(node.pk, port_event("mlx5_1 port 2: state active → down"))
+def test_a_port_event_without_its_transition_is_never_taken_for_a_recovery(node):
+    older_agent = GpuEvent(ts=T0, kind="port", port_device="mlx5_1", data="mlx5_1 port 1: state down → active")
+    assert record_event(node.pk, older_agent) is not None
+
+
+def test_the_port_number_comes_from_the_event_when_the_device_alone_is_named(node):
+    failure = record_event(node.pk, port_event("active", "down", port=2))
     assert failure.port_name == "mlx5_1/2"
     assert failure.port is None  # the node type has one port per HCA
 
 
 def test_it_reads_the_port_events_the_agent_writes(node):
-    infiniband = pytest.importorskip("agents.collectors.infiniband", reason="the agent's collectors are not merged")
-    from agents.protocol import PortSample
-
     up = PortSample(device="mlx5_0", port=1, state="active", link_downed=0)
     down = PortSample(device="mlx5_0", port=1, state="down", link_downed=1)
     assert record_event(node.pk, infiniband.port_event(up, down, T0)).port_name == "mlx5_0/1"

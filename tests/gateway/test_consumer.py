@@ -9,7 +9,6 @@ from channels.layers import get_channel_layer
 from agents import protocol
 from apps.accounts.models import AuditLogEntry
 from apps.gateway import sinks
-from apps.gateway.consumers import CLOSE_FORBIDDEN, CLOSE_SUPERSEDED, CLOSE_UNAUTHORIZED
 from apps.gateway.models import GatewayCounter, NodeAgent
 from apps.gateway.push import node_group
 from apps.inventory.choices import Liveness
@@ -63,7 +62,7 @@ async def test_it_acks_telemetry_and_events_with_the_highest_stored_seq(connect_
 async def test_it_refuses_a_connection_without_a_valid_credential(connect_agent, header, counted):
     agent = await connect_agent(header)
 
-    assert await agent.close_code() == CLOSE_UNAUTHORIZED
+    assert await agent.close_code() == protocol.CloseCode.UNAUTHORIZED
     counter = await eventually(lambda: GatewayCounter.objects.filter(node=None, code="unauthorized").first())
     assert counter.count == 1
     assert counted in counter.last_message
@@ -75,7 +74,7 @@ async def test_it_refuses_a_revoked_credential_on_connect(connect_agent):
 
     agent = await connect_agent(credential)
 
-    assert await agent.close_code() == CLOSE_UNAUTHORIZED
+    assert await agent.close_code() == protocol.CloseCode.UNAUTHORIZED
 
 
 async def test_it_closes_a_live_socket_when_an_admin_revokes_its_credential(connect_agent, admin_api, recorder):
@@ -90,7 +89,7 @@ async def test_it_closes_a_live_socket_when_an_admin_revokes_its_credential(conn
     reply = await agent.receive()
     assert isinstance(reply, protocol.Error)
     assert reply.code == "forbidden"
-    assert await agent.close_code() == CLOSE_UNAUTHORIZED
+    assert await agent.close_code() == protocol.CloseCode.UNAUTHORIZED
 
 
 async def test_it_finds_a_revocation_on_the_next_message_even_without_the_push(connect_agent, recorder):
@@ -104,7 +103,7 @@ async def test_it_finds_a_revocation_on_the_next_message_even_without_the_push(c
 
     reply = await agent.receive()
     assert (reply.code, reply.message) == ("forbidden", "This credential was revoked; enroll the node again.")
-    assert await agent.close_code() == CLOSE_UNAUTHORIZED
+    assert await agent.close_code() == protocol.CloseCode.UNAUTHORIZED
     assert recorder.telemetry[node.pk] == []
 
 
@@ -123,7 +122,7 @@ async def test_it_refuses_and_audits_a_node_speaking_for_another(connect_agent, 
 
     assert reply.code == "forbidden"
     assert f"speaks for gpu-000a only; refused {message} as gpu-000b" in reply.message
-    assert await agent.close_code() == CLOSE_FORBIDDEN
+    assert await agent.close_code() == protocol.CloseCode.FORBIDDEN
     entry = await in_db(AuditLogEntry.objects.get)(action="agent.impersonation")
     assert (entry.actor, entry.object_id, entry.detail["claimed_hostname"]) == (
         "agent:gpu-000a",
@@ -144,7 +143,7 @@ async def test_it_closes_the_older_socket_when_the_node_connects_again(connect_a
     second = await connect_agent(credential, node.hostname)
     await second.hello()
 
-    assert await first.close_code() == CLOSE_SUPERSEDED
+    assert await first.close_code() == protocol.CloseCode.SUPERSEDED
     assert (await second.roundtrip()).seq == 1
     assert await in_db(lambda: NodeAgent.objects.get(node=node).connected)()
 
@@ -162,7 +161,7 @@ async def test_an_abandoned_earlier_connection_does_not_close_the_one_that_repla
     assert (await agent.roundtrip()).seq == 1
 
     await announce(node_group(node.pk), {"type": "agent.superseded", "by": "specific.new!1", "hello_at": hello_at + 5})
-    assert await agent.close_code() == CLOSE_SUPERSEDED
+    assert await agent.close_code() == protocol.CloseCode.SUPERSEDED
 
 
 async def test_it_refuses_a_protocol_version_it_does_not_speak(connect_agent):
