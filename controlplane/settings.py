@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "apps.telemetry",
     "apps.dashboard",
     "apps.gateway",
+    "controlplane",  # the project's own management commands: seed_demo, which make demo runs
 ]
 
 MIDDLEWARE = [

@@ -1,16 +1,15 @@
-"""The demo launcher's parts: settings it fills in, the Redis it picks, the children it supervises."""
+"""The demo launcher's parts: the settings it fills in, the Redis it picks, the keys it keeps apart."""
 
 import io
 import socket
 import stat
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from controlplane import demo
 
+BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path("/srv/demo-var")
 
 
@@ -54,7 +53,12 @@ def test_it_fills_in_development_safe_settings():
 
 
 def test_it_keeps_values_from_the_environment():
-    given = {"DEBUG": "true", "SECRET_KEY": "mine", "ALLOWED_HOSTS": "demo.lan", "REDIS_URL": "redis://cache/2"}
+    given = {
+        "DEBUG": "true",
+        "SECRET_KEY": "mine",
+        "ALLOWED_HOSTS": "demo.lan",
+        "REDIS_URL": "redis://cache/2",
+    }
     environment = demo.demo_environment(given, var_dir=VAR_DIR, redis_url="redis://cache/2")
     assert {name: environment[name] for name in given} == given
     assert "SECRET_KEY_FILE" not in environment
@@ -64,6 +68,12 @@ def test_it_never_uses_an_inherited_database_url():
     inherited = {"DATABASE_URL": "postgres://ops@db.prod/controlplane"}
     environment = demo.demo_environment(inherited, var_dir=VAR_DIR, redis_url="redis://127.0.0.1:6379/1")
     assert "DATABASE_URL" not in environment
+
+
+def test_it_leaves_the_launchers_own_environment_as_it_is():
+    environ = {"PATH": "/usr/bin", "DATABASE_URL": "postgres://ops@db.prod/controlplane"}
+    demo.demo_environment(environ, var_dir=VAR_DIR, redis_url="redis://127.0.0.1:6379/1")
+    assert environ == {"PATH": "/usr/bin", "DATABASE_URL": "postgres://ops@db.prod/controlplane"}
 
 
 def test_it_creates_a_private_secret_key_once(tmp_path):
@@ -89,70 +99,3 @@ def test_it_refuses_to_start_on_a_port_in_use():
         port = taken.getsockname()[1]
         with pytest.raises(demo.DemoError, match=f"port {port} .* is in use"):
             demo.run({"PORT": str(port)}, io.StringIO())
-
-
-def python_child(name: str, log: Path, *, ignore_sigterm: bool = False) -> list[str]:
-    """A child that says it is ready, then on SIGTERM writes its name to ``log`` and exits."""
-    on_sigterm = "signal.SIG_IGN" if ignore_sigterm else "stop"
-    code = (
-        "import signal, sys, time\n"
-        f"def stop(*_):\n    open({str(log)!r}, 'a').write({name!r} + '\\n'); sys.exit(0)\n"
-        f"signal.signal(signal.SIGTERM, {on_sigterm})\n"
-        "print('ready', flush=True)\n"
-        "time.sleep(60)\n"
-    )
-    return [sys.executable, "-c", code]
-
-
-def wait_for(predicate, timeout_s: float = 10) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
-def test_it_prefixes_each_line_with_the_childs_name():
-    output = io.StringIO()
-    supervisor = demo.Supervisor(output)
-    child = supervisor.start("web", [sys.executable, "-c", "print('one'); print('two')"], {})
-    child.process.wait()
-    supervisor.stop_all()
-    assert output.getvalue().splitlines() == ["   web | one", "   web | two"]
-
-
-def test_it_notices_the_first_child_that_exits():
-    supervisor = demo.Supervisor(io.StringIO())
-    try:
-        supervisor.start("sleeper", [sys.executable, "-c", "import time; time.sleep(60)"], {})
-        crasher = supervisor.start("crasher", [sys.executable, "-c", "raise SystemExit(3)"], {})
-        wait_for(lambda: supervisor.first_exited() is not None)
-        assert supervisor.first_exited() is crasher
-        assert crasher.process.returncode == 3
-    finally:
-        supervisor.stop_all()
-    assert all(child.process.returncode is not None for child in supervisor.children)
-
-
-def test_it_stops_the_application_before_the_services_it_depends_on(tmp_path):
-    log = tmp_path / "stopped"
-    output = io.StringIO()
-    supervisor = demo.Supervisor(output)
-    supervisor.start("redis", python_child("redis", log), {}, stop_last=True)
-    supervisor.start("web", python_child("web", log), {})
-    supervisor.start("worker", python_child("worker", log), {})
-    wait_for(lambda: output.getvalue().count("ready") == 3)
-    supervisor.stop_all()
-    stopped = log.read_text().split()
-    assert sorted(stopped[:2]) == ["web", "worker"]
-    assert stopped[2] == "redis"
-
-
-def test_it_kills_a_child_that_ignores_sigterm(tmp_path, monkeypatch):
-    monkeypatch.setattr(demo, "STOP_TIMEOUT_S", 0.5)
-    output = io.StringIO()
-    supervisor = demo.Supervisor(output)
-    stubborn = supervisor.start("stubborn", python_child("stubborn", tmp_path / "log", ignore_sigterm=True), {})
-    wait_for(lambda: "ready" in output.getvalue())
-    supervisor.stop_all()
-    assert stubborn.process.returncode == -9
-    assert "stubborn did not stop within 0.5 s; killing it" in output.getvalue()
