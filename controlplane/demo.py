@@ -10,9 +10,11 @@ or many times, stops them all; if one dies, the rest are stopped and the launche
 The launcher itself never imports Django and never changes its own environment: every child gets
 the demo's environment explicitly. The demo never touches what the tests use: its database is the
 SQLite file under ``var/`` (an inherited ``DATABASE_URL`` is ignored), and on a Redis it finds on
-127.0.0.1:6379 it uses database 1, leaving 0 to the tests.
+127.0.0.1:6379 it uses database 1, leaving 0 to the tests, with keys of its own (derived from its
+var directory) so that two demos on one machine do not hear each other.
 """
 
+import hashlib
 import os
 import secrets
 import shutil
@@ -83,11 +85,13 @@ def demo_environment(environ: Mapping[str, str], *, var_dir: Path, redis_url: st
     Values already in ``environ`` win, except ``DATABASE_URL``: the demo always uses the embedded
     SQLite database under ``var_dir``, so it can never migrate or seed a real database by accident.
     DEBUG stays off (the demo runs the production code paths) and the secret key lives in a file
-    generated on first start.
+    generated on first start. The channel layer's and Celery's Redis keys start with a prefix of
+    this var directory's own.
     """
     environment = {name: value for name, value in environ.items() if name != "DATABASE_URL"}
     if "SECRET_KEY" not in environment:
         environment.setdefault("SECRET_KEY_FILE", str(var_dir / "secret_key"))
+    key_prefix = redis_key_prefix(var_dir)
     defaults = {
         "DJANGO_SETTINGS_MODULE": "controlplane.settings",
         "CONTROLPLANE_VAR_DIR": str(var_dir),
@@ -96,11 +100,18 @@ def demo_environment(environ: Mapping[str, str], *, var_dir: Path, redis_url: st
         "SECURE_COOKIES": "false",
         "ALLOWED_HOSTS": "localhost,127.0.0.1",
         "REDIS_URL": redis_url,
+        "CHANNEL_LAYER_PREFIX": key_prefix,
+        "CELERY_KEY_PREFIX": f"{key_prefix}:",
         "PYTHONUNBUFFERED": "1",  # children's lines reach the console as they are written
     }
     for name, value in defaults.items():
         environment.setdefault(name, value)
     return environment
+
+
+def redis_key_prefix(var_dir: Path) -> str:
+    """The demo's own Redis key prefix: one demo, one var directory (its database, its secret key)."""
+    return "demo-" + hashlib.sha256(str(var_dir.resolve()).encode()).hexdigest()[:12]
 
 
 def var_directory(environ: Mapping[str, str]) -> Path:
@@ -270,6 +281,7 @@ def banner(url: str, credentials: AdminCredentials, redis: UseRedis, env: Mappin
             "",
             f"  Database:  {Path(env['CONTROLPLANE_VAR_DIR']) / 'controlplane.sqlite3'}",
             f"  Redis:     {redis.url} ({redis.description})",
+            f"             keys {env['CHANNEL_LAYER_PREFIX']}… (channel layer), {env['CELERY_KEY_PREFIX']}… (Celery)",
             "  The password and token are new on every start. Ctrl-C stops everything.",
             rule,
         ]
