@@ -39,6 +39,7 @@ class Child:
     process: subprocess.Popen[bytes]
     stop_last: bool
     relays: list[threading.Thread] = field(repr=False)
+    stopped: bool = False  # stopped, reaped, and its process group emptied
 
 
 class StopRequested(Exception):
@@ -219,6 +220,7 @@ class Supervisor:
         self._stop([child for child in self.children if child.stop_last])
 
     def _stop(self, children: list[Child]) -> None:
+        children = [child for child in children if not child.stopped]
         running = [child for child in children if child.process.poll() is None]
         for child in running:
             child.process.send_signal(signal.SIGTERM)
@@ -232,6 +234,7 @@ class Supervisor:
                 child.process.wait()
         for child in children:
             _kill_group(child)  # what the child left behind in its group (a worker's pool process)
+            child.stopped = True
             for thread in child.relays:
                 thread.join(timeout=RELAY_DRAIN_TIMEOUT_S)
 
@@ -239,8 +242,9 @@ class Supervisor:
 def _kill_group(child: Child) -> None:
     """SIGKILL every process of the child's group; nothing to do when none is left.
 
-    Safe right after the leader was reaped: its number stays taken while any process is in its group,
-    and a process given the number later leads no group of that number unless it makes one.
+    Also right after the leader was reaped: its number stays taken while any process is in its
+    group. Once the group is empty the number may in time lead another group (a child started later
+    leads one), so this is done once per child, as soon as it has stopped.
     """
     with suppress(ProcessLookupError):
         os.killpg(child.process.pid, signal.SIGKILL)
