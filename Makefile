@@ -1,5 +1,6 @@
 # The two commands of a fresh clone (README.md):
 #   make demo   the whole product on this machine: ASGI server, Celery worker and beat, simulated fleet
+#               (controlplane/demo.py; it stops everything on Ctrl-C or SIGTERM, however many arrive)
 #   make test   lint, then the whole test suite; CI runs exactly this through .ci/run
 #
 # Both create .venv on first use, and reinstall into it whenever pyproject.toml changes.
@@ -24,6 +25,7 @@ test: $(VENV_STAMP)
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
 $(VENV_STAMP): pyproject.toml
+	@echo "Installing the project's packages into $(VENV) (about a minute; again only when pyproject.toml changes)"
 	$(PYTHON3) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $@

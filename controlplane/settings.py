@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "apps.telemetry",
     "apps.dashboard",
     "apps.gateway",
+    "controlplane",  # the project's own management commands: seed_demo, which make demo runs
 ]
 
 MIDDLEWARE = [
@@ -159,6 +160,9 @@ if AGENT_UNREACHABLE_AFTER_S - AGENT_LIVENESS_SWEEP_S < 4:
     raise ImproperlyConfigured("AGENT_UNREACHABLE_AFTER_S must exceed AGENT_LIVENESS_SWEEP_S by at least 4 s.")
 
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
+# Every Redis key and channel of the broker starts with this, so that installations can share one
+# Redis database (the demo derives one from its var directory).
+CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": env_str("CELERY_KEY_PREFIX", "")}
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "default"

@@ -1,16 +1,27 @@
-"""The demo launcher's parts: settings it fills in, the Redis it picks, the children it supervises."""
+"""The demo launcher's parts: the settings it fills in, the Redis it picks, the keys it keeps apart."""
 
+import asyncio
 import io
+import runpy
 import socket
 import stat
-import sys
-import time
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+import redis
+from celery import Celery
+from django.conf import settings
+from kombu import Queue
 
 from controlplane import demo
+from controlplane.channel_layers import RedisChannelLayer
 
+BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path("/srv/demo-var")
 
 
@@ -54,7 +65,14 @@ def test_it_fills_in_development_safe_settings():
 
 
 def test_it_keeps_values_from_the_environment():
-    given = {"DEBUG": "true", "SECRET_KEY": "mine", "ALLOWED_HOSTS": "demo.lan", "REDIS_URL": "redis://cache/2"}
+    given = {
+        "DEBUG": "true",
+        "SECRET_KEY": "mine",
+        "ALLOWED_HOSTS": "demo.lan",
+        "REDIS_URL": "redis://cache/2",
+        "CHANNEL_LAYER_PREFIX": "mine",
+        "CELERY_KEY_PREFIX": "mine:",
+    }
     environment = demo.demo_environment(given, var_dir=VAR_DIR, redis_url="redis://cache/2")
     assert {name: environment[name] for name in given} == given
     assert "SECRET_KEY_FILE" not in environment
@@ -64,6 +82,12 @@ def test_it_never_uses_an_inherited_database_url():
     inherited = {"DATABASE_URL": "postgres://ops@db.prod/controlplane"}
     environment = demo.demo_environment(inherited, var_dir=VAR_DIR, redis_url="redis://127.0.0.1:6379/1")
     assert "DATABASE_URL" not in environment
+
+
+def test_it_leaves_the_launchers_own_environment_as_it_is():
+    environ = {"PATH": "/usr/bin", "DATABASE_URL": "postgres://ops@db.prod/controlplane"}
+    demo.demo_environment(environ, var_dir=VAR_DIR, redis_url="redis://127.0.0.1:6379/1")
+    assert environ == {"PATH": "/usr/bin", "DATABASE_URL": "postgres://ops@db.prod/controlplane"}
 
 
 def test_it_creates_a_private_secret_key_once(tmp_path):
@@ -91,68 +115,80 @@ def test_it_refuses_to_start_on_a_port_in_use():
             demo.run({"PORT": str(port)}, io.StringIO())
 
 
-def python_child(name: str, log: Path, *, ignore_sigterm: bool = False) -> list[str]:
-    """A child that says it is ready, then on SIGTERM writes its name to ``log`` and exits."""
-    on_sigterm = "signal.SIG_IGN" if ignore_sigterm else "stop"
-    code = (
-        "import signal, sys, time\n"
-        f"def stop(*_):\n    open({str(log)!r}, 'a').write({name!r} + '\\n'); sys.exit(0)\n"
-        f"signal.signal(signal.SIGTERM, {on_sigterm})\n"
-        "print('ready', flush=True)\n"
-        "time.sleep(60)\n"
-    )
-    return [sys.executable, "-c", code]
+# --- Two demos on one Redis ---------------------------------------------------------------------
 
 
-def wait_for(predicate, timeout_s: float = 10) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
+def settings_of(environment: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """controlplane/settings.py as a process with ``environment`` would load it."""
+    with monkeypatch.context() as patch:
+        for name, value in environment.items():
+            patch.setenv(name, value)
+        patch.setenv("SECRET_KEY", "tests-only-secret-key-0123456789abcdefghijklmnopqrstuvwxyz")
+        return runpy.run_path(str(BASE_DIR / "controlplane" / "settings.py"))
 
 
-def test_it_prefixes_each_line_with_the_childs_name():
-    output = io.StringIO()
-    supervisor = demo.Supervisor(output)
-    child = supervisor.start("web", [sys.executable, "-c", "print('one'); print('two')"], {})
-    child.process.wait()
-    supervisor.stop_all()
-    assert output.getvalue().splitlines() == ["   web | one", "   web | two"]
+@pytest.fixture
+def two_demos(tmp_path, monkeypatch) -> Iterator[list[dict[str, Any]]]:
+    """The settings of two demos on this machine (two var directories) sharing the tests' Redis."""
+    environments = []
+    for name in ("first", "second"):
+        var_dir = tmp_path / name / "var"
+        demo.ensure_secret_key(var_dir / "secret_key")
+        environments.append(demo.demo_environment({}, var_dir=var_dir, redis_url=settings.REDIS_URL))
+    yield [settings_of(environment, monkeypatch) for environment in environments]
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    for environment in environments:
+        for prefix in (environment["CHANNEL_LAYER_PREFIX"], environment["CELERY_KEY_PREFIX"]):
+            for key in client.scan_iter(f"{prefix}*"):
+                client.delete(key)
 
 
-def test_it_notices_the_first_child_that_exits():
-    supervisor = demo.Supervisor(io.StringIO())
-    try:
-        supervisor.start("sleeper", [sys.executable, "-c", "import time; time.sleep(60)"], {})
-        crasher = supervisor.start("crasher", [sys.executable, "-c", "raise SystemExit(3)"], {})
-        wait_for(lambda: supervisor.first_exited() is not None)
-        assert supervisor.first_exited() is crasher
-        assert crasher.process.returncode == 3
-    finally:
-        supervisor.stop_all()
-    assert all(child.process.returncode is not None for child in supervisor.children)
+def test_it_gives_one_var_directory_one_prefix_wherever_it_is_named_from(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert demo.redis_key_prefix(Path("var")) == demo.redis_key_prefix(tmp_path / "var")
+    assert demo.redis_key_prefix(tmp_path / "var") != demo.redis_key_prefix(tmp_path / "other" / "var")
 
 
-def test_it_stops_the_application_before_the_services_it_depends_on(tmp_path):
-    log = tmp_path / "stopped"
-    output = io.StringIO()
-    supervisor = demo.Supervisor(output)
-    supervisor.start("redis", python_child("redis", log), {}, stop_last=True)
-    supervisor.start("web", python_child("web", log), {})
-    supervisor.start("worker", python_child("worker", log), {})
-    wait_for(lambda: output.getvalue().count("ready") == 3)
-    supervisor.stop_all()
-    stopped = log.read_text().split()
-    assert sorted(stopped[:2]) == ["web", "worker"]
-    assert stopped[2] == "redis"
+def celery_app_of(demo_settings: dict[str, Any]) -> Celery:
+    """A Celery app configured from a demo's settings as controlplane/celery.py configures the demo's."""
+    app = Celery("controlplane", set_as_current=False)
+    celery_settings = {name: value for name, value in demo_settings.items() if name.startswith("CELERY_")}
+    app.config_from_object(SimpleNamespace(**celery_settings), namespace="CELERY")
+    return app
 
 
-def test_it_kills_a_child_that_ignores_sigterm(tmp_path, monkeypatch):
-    monkeypatch.setattr(demo, "STOP_TIMEOUT_S", 0.5)
-    output = io.StringIO()
-    supervisor = demo.Supervisor(output)
-    stubborn = supervisor.start("stubborn", python_child("stubborn", tmp_path / "log", ignore_sigterm=True), {})
-    wait_for(lambda: "ready" in output.getvalue())
-    supervisor.stop_all()
-    assert stubborn.process.returncode == -9
-    assert "stubborn did not stop within 0.5 s; killing it" in output.getvalue()
+def test_two_demos_celery_queues_are_apart(two_demos):
+    """A task one demo's beat sends never reaches the other demo's worker, nor the other way round."""
+    queue_name = f"default-{uuid.uuid4().hex}"
+    with ExitStack() as stack:
+        brokers = [stack.enter_context(celery_app_of(each).connection_for_write()) for each in two_demos]
+        queues = [Queue(queue_name).bind(broker.default_channel) for broker in brokers]
+        for broker, queue, sender in zip(brokers, queues, ("first", "second"), strict=True):
+            queue.declare()
+            broker.Producer().publish({"task": f"{sender} demo's"}, routing_key=queue_name)
+
+        # Each publish was in Redis before it returned. Were the queues one, the second demo's worker
+        # would take the first demo's task (the older one) first.
+        second, first = (queues[1].get(no_ack=True), queues[0].get(no_ack=True))
+        assert (first.payload, second.payload) == ({"task": "first demo's"}, {"task": "second demo's"})
+        assert [queue.get(no_ack=True) for queue in queues] == [None, None]
+
+
+def test_two_demos_channel_layers_are_apart(two_demos):
+    """A fleet update one demo publishes never reaches the other demo's browsers."""
+    layers = [RedisChannelLayer(**each["CHANNEL_LAYERS"]["default"]["CONFIG"]) for each in two_demos]
+
+    async def exchange() -> list[dict[str, Any]]:
+        browsers = [await layer.new_channel() for layer in layers]
+        for layer, browser in zip(layers, browsers, strict=True):
+            await layer.group_add("fleet", browser)
+        for layer, sender in zip(layers, ("first", "second"), strict=True):
+            await layer.group_send("fleet", {"type": "fleet.delta", "from": sender})
+        # A channel's messages come out in the order they were sent: a leak would come first.
+        received = [await layer.receive(browser) for layer, browser in zip(layers, browsers, strict=True)]
+        for layer in layers:
+            await layer.flush()
+        return received
+
+    received = asyncio.run(exchange())
+    assert received == [{"type": "fleet.delta", "from": "first"}, {"type": "fleet.delta", "from": "second"}]

@@ -1,5 +1,6 @@
 """``make demo`` end to end: the launcher starts the whole product, which answers with the printed
-credentials, and stopping it (or losing one of its processes) leaves nothing running."""
+credentials and runs the README's examples as printed, and stopping it (however many signals arrive)
+or losing one of its processes leaves nothing running."""
 
 import json
 import os
@@ -8,18 +9,17 @@ import shutil
 import signal
 import stat
 import subprocess
-import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
 
 from controlplane import demo
+from tests.launched import BASE_DIR, Launched
 
-BASE_DIR = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 120
 FLEET_TIMEOUT_S = 20  # from the banner to every simulated node online and reporting
 
@@ -32,7 +32,7 @@ pytestmark = [
 ]
 
 
-class RunningDemo:
+class RunningDemo(Launched):
     def __init__(self, var_dir: Path) -> None:
         self.var_dir = var_dir
         self.port = demo.free_loopback_port()
@@ -42,26 +42,7 @@ class RunningDemo:
             "CONTROLPLANE_VAR_DIR": str(var_dir),
             "PORT": str(self.port),
         }
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "controlplane.demo"],
-            cwd=BASE_DIR,
-            env=environment,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        self.lines: list[str] = []
-        threading.Thread(target=self._collect, daemon=True).start()
-
-    def _collect(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    @property
-    def output(self) -> str:
-        return "\n".join(self.lines)
+        super().__init__(["-m", "controlplane.demo"], environment)
 
     def wait_for_output(self, pattern: str) -> re.Match[str]:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -99,10 +80,45 @@ class RunningDemo:
                 continue
         return found
 
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             self.process.wait(timeout=60)
+        for pid in self.processes():  # after a failure: leave nothing running
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def readme_api_examples() -> list[str]:
+    """The README's shell commands that call the control plane (``$CP``), continuation lines joined."""
+    readme = (BASE_DIR / "README.md").read_text(encoding="utf-8")
+    commands = []
+    for block in re.findall(r"```sh\n(.*?)```", readme, flags=re.DOTALL):
+        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+            if "$CP" in line and not line.lstrip().startswith(("#", "export ")):
+                commands.append(line)
+    return commands
+
+
+def run_as_printed(commands: list[str], server: str, token: str) -> list[str]:
+    """Run ``commands`` in one shell, one after the other, with ``CP`` and ``TOKEN`` as the README
+    exports them; any HTTP error fails the run. Returns what each printed."""
+    end_of_output = "--- end of output ---"
+    script = ["set -euo pipefail", 'curl() { command curl --fail-with-body --show-error "$@"; }']
+    for command in commands:
+        script += [command, f"echo; echo '{end_of_output}'"]
+    shell = subprocess.run(
+        ["bash", "-c", "\n".join(script)],
+        env={"PATH": os.environ["PATH"], "CP": server, "TOKEN": token},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shell.returncode == 0, f"{shell.stdout}\n{shell.stderr}"
+    return [output.strip() for output in shell.stdout.split(end_of_output)[:-1]]
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +133,7 @@ def running_demo(var_dir) -> Iterator[RunningDemo]:
     running.stop()
 
 
-def test_it_serves_the_product_with_the_printed_credentials_and_stops_cleanly(running_demo):
+def test_it_serves_the_product_as_the_readme_says_and_stops_cleanly(running_demo):
     token = running_demo.wait_for_output(r"API token: (cpt_\S+)").group(1)
     assert re.search(r"user admin\s+password \S{12,}", running_demo.output)
 
@@ -129,8 +145,7 @@ def test_it_serves_the_product_with_the_printed_credentials_and_stops_cleanly(ru
     assert running_demo.get("/login/")[0] == 200  # the dashboard's sign-in
     for asset in ("dashboard/app.css", "dashboard/fleet.js", "vendor/uplot/uPlot.esm.js"):
         assert running_demo.get(f"/static/{asset}")[0] == 200, asset  # collected, served without npm
-    if demo.EXAMPLE_INVENTORY.exists():  # imported into the empty database
-        assert json.loads(running_demo.get("/api/v1/nodes", token)[1])["count"] > 0
+    assert json.loads(running_demo.get("/api/v1/nodes", token)[1])["count"] == demo.FLEET_NODES  # imported
     running_demo.wait_for_output(r"worker \| .*celery@\S+ ready\.")
     running_demo.wait_for_output(r"beat \| .*beat: Starting")
     assert (running_demo.var_dir / "controlplane.sqlite3").exists()
@@ -149,7 +164,21 @@ def test_it_serves_the_product_with_the_printed_credentials_and_stops_cleanly(ru
     assert stat.S_IMODE(credentials.stat().st_mode) == 0o600
     assert [node["hostname"] for node in json.loads(credentials.read_text())["nodes"]] == list(demo.FLEET_HOSTNAMES)
 
-    running_demo.process.send_signal(signal.SIGTERM)
+    # The fleet starts once the server answers (the banner says so first): no connection is refused.
+    banner = next(n for n, line in enumerate(running_demo.lines) if "GPU control plane demo is running" in line)
+    fleet = next(n for n, line in enumerate(running_demo.lines) if line.startswith(" fleet | "))
+    assert banner < fleet
+    assert "Connection refused" not in running_demo.output
+
+    commands = readme_api_examples()
+    assert any("/api/v1/nodes?" in command for command in commands)  # the examples are found
+    for command, output in zip(commands, run_as_printed(commands, running_demo.url(""), token), strict=True):
+        if output:  # an assignment (NODE=$(...)) prints nothing
+            assert json.loads(output).get("count", 1) > 0, f"{command} found nothing"
+
+    running_demo.signal_group(signal.SIGTERM)  # systemd, timeout or a supervisor stopping it
+    running_demo.signal_launcher(signal.SIGTERM)  # and make, forwarding the signal
+    running_demo.signal_group(signal.SIGINT)  # and an impatient Ctrl-C
     assert running_demo.process.wait(timeout=60) == 0
     assert running_demo.processes() == {}
 
