@@ -223,12 +223,16 @@ async def test_it_marks_the_node_online_and_seen_on_heartbeats(connect_agent):
     node, credential = await in_db(enrolled_node)()
     agent = await connect_agent(credential, node.hostname)
     await agent.hello()
-    await in_db(lambda: Node.objects.filter(pk=node.pk).update(last_seen_at=None))()
+    # The liveness sweep found it silent since: only what the agent says next can bring it back.
+    await in_db(lambda: Node.objects.filter(pk=node.pk).update(liveness=Liveness.UNREACHABLE, last_seen_at=None))()
 
     await agent.send(protocol.Heartbeat(ts=NOW))
 
-    seen = await eventually(lambda: Node.objects.get(pk=node.pk).last_seen_at)
-    assert seen is not None
+    await eventually(lambda: Node.objects.get(pk=node.pk).last_seen_at)
+    await in_db(node.refresh_from_db)()
+    assert (node.liveness, node.last_seen_at is not None) == (Liveness.ONLINE, True)
+    recovered = AuditLogEntry.objects.filter(action="node.recovered", object_id=str(node.pk))
+    assert await in_db(recovered.count)() == 1
 
 
 async def test_it_keeps_an_idle_socket_open_past_the_channel_layers_blocking_read(connect_agent):
