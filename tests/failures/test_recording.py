@@ -5,7 +5,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agents.protocol import GpuEvent
+from agents.collectors import infiniband
+from agents.protocol import GpuEvent, PortSample
 from apps.accounts.models import AuditLogEntry
 from apps.failures.choices import FailureKind, FailureState, Severity
 from apps.failures.events import record_event, record_events
@@ -235,9 +236,6 @@ def test_the_port_number_comes_from_the_events_text_when_the_device_alone_is_nam
 
 
 def test_it_reads_the_port_events_the_agent_writes(node):
-    infiniband = pytest.importorskip("agents.collectors.infiniband", reason="the agent's collectors are not merged")
-    from agents.protocol import PortSample
-
     up = PortSample(device="mlx5_0", port=1, state="active", link_downed=0)
     down = PortSample(device="mlx5_0", port=1, state="down", link_downed=1)
     assert record_event(node.pk, infiniband.port_event(up, down, T0)).port_name == "mlx5_0/1"
