@@ -15,6 +15,8 @@ from apps.gateway.consumers import _inventory_thread
 
 ROLES = ("anonymous", Role.VIEWER, Role.OPERATOR, Role.ADMIN)
 
+pytest_plugins = ["tests.session_redis"]  # the session's Redis, and the redis_channel_layer fixture
+
 
 # Production serves hashed files from a manifest built by collectstatic; tests serve the source
 # files as they are, so no test depends on a collectstatic run.

@@ -5,17 +5,17 @@ import uuid
 
 import pytest
 from channels_redis.core import RedisChannelLayer as ChannelsRedisLayer
+from django.conf import settings
 from redis.exceptions import MaxConnectionsError
 
 from controlplane.channel_layers import RedisChannelLayer
-from tests.dashboard.conftest import LIVE_REDIS_URL, needs_redis
-
-pytestmark = needs_redis
 
 
 async def burst(layer_class: type[ChannelsRedisLayer]) -> None:
     """Fifty group joins at once through a pool of two connections."""
-    layer = layer_class(hosts=[{"address": LIVE_REDIS_URL, "max_connections": 2}], prefix=f"test-{uuid.uuid4().hex}")
+    layer = layer_class(
+        hosts=[{"address": settings.REDIS_URL, "max_connections": 2}], prefix=f"test-{uuid.uuid4().hex}"
+    )
     try:
         await asyncio.gather(*(layer.group_add("burst", f"specific.burst!{n}") for n in range(50)))
     finally:

@@ -27,12 +27,10 @@ from tests import factories
 from tests.dashboard.conftest import (  # noqa: F401  (fixtures)
     LiveServer,
     asgi_server,
-    needs_redis,
     open_browser,
-    redis_channel_layer,
 )
 
-pytestmark = [needs_redis, pytest.mark.django_db(transaction=True)]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 HOSTNAMES = ("e2e-001", "e2e-002", "e2e-003")
 FAULTS = "e2e-002:xid79@3:gpu2"  # GPU 2 of e2e-002 falls off the bus 3 s in

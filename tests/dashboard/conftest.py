@@ -1,11 +1,11 @@
 """A real ASGI server (uvicorn, in a thread of the test process, so it sees the test database) and the
-real Redis channel layer under a prefix of its own, and browsers that sign in with a session cookie."""
+real Redis channel layer under a prefix of its own (``redis_channel_layer``, tests/session_redis.py),
+and browsers that sign in with a session cookie."""
 
 import asyncio
 import json
 import os
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -26,24 +26,6 @@ from websockets.sync.client import ClientConnection, connect
 from apps.accounts.models import User
 from apps.dashboard import publish
 from controlplane import demo
-
-LIVE_REDIS_URL = os.environ.get("LIVE_TEST_REDIS_URL", "redis://127.0.0.1:6379/7")
-
-needs_redis = pytest.mark.skipif(not demo.redis_answers(LIVE_REDIS_URL), reason=f"needs Redis at {LIVE_REDIS_URL}")
-
-
-@pytest.fixture
-def redis_channel_layer(settings) -> Iterator[Any]:
-    """The channels_redis layer on its own Redis database and a prefix unique to the test; emptied after."""
-    settings.CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [LIVE_REDIS_URL], "prefix": f"test-live-{uuid.uuid4().hex[:12]}"},
-        }
-    }
-    layer = get_channel_layer()
-    yield layer
-    async_to_sync(layer.flush)()
 
 
 @pytest.fixture(autouse=True)

@@ -12,12 +12,12 @@ from apps.inventory.models import Node
 from apps.telemetry import live
 from apps.telemetry.models import LatestGpuSample
 from tests import factories
-from tests.dashboard.conftest import group_send, needs_redis, off_the_loop, screenshot
+from tests.dashboard.conftest import group_send, off_the_loop, screenshot
 from tests.dashboard.test_live_stream import ALL_GPU_FIELDS, fleet_update, sample_at
 from tests.failures.conftest import events, xid
 from tests.telemetry.conftest import T0
 
-pytestmark = [needs_redis, pytest.mark.browser]
+pytestmark = pytest.mark.browser
 
 
 @pytest.fixture

@@ -26,11 +26,9 @@ from apps.telemetry import live
 from apps.telemetry.ingest import Ingestor
 from apps.telemetry.models import LatestGpuSample
 from tests import factories
-from tests.dashboard.conftest import group_send, needs_redis, session_cookie
+from tests.dashboard.conftest import group_send, session_cookie
 from tests.failures.conftest import events, xid
 from tests.telemetry.conftest import T0, gpu_sample, telemetry
-
-pytestmark = needs_redis
 
 GPU_FIELDS = {"util_gpu": 50.0, "util_mem": 25.0, "mem_used_mib": 40_000, "temp_c": 60.0, "power_w": 400.0}
 ALL_GPU_FIELDS = {**GPU_FIELDS, "sm_clock_mhz": 1980}

@@ -14,10 +14,10 @@ from apps.inventory.choices import Lifecycle, Liveness
 from apps.inventory.models import Node, NodeTransition
 from apps.telemetry.models import LatestGpuSample
 from tests import factories
-from tests.dashboard.conftest import needs_redis, off_the_loop, screenshot
+from tests.dashboard.conftest import off_the_loop, screenshot
 from tests.dashboard.node_data import gpu_metrics, node_with_history
 
-pytestmark = [pytest.mark.browser, needs_redis]
+pytestmark = pytest.mark.browser
 
 WALL = (3840, 2160)
 

@@ -19,7 +19,7 @@ from apps.inventory.choices import FabricKind, FabricTopology, Liveness, SwitchT
 from apps.inventory.models import Fabric, Node, Rack
 from apps.telemetry.models import LatestGpuSample, PortSample
 from tests import factories
-from tests.dashboard.conftest import needs_redis, off_the_loop, screenshot
+from tests.dashboard.conftest import off_the_loop, screenshot
 from tests.failures.conftest import T0, events, xid
 
 
@@ -359,7 +359,6 @@ PAGES = {
 }
 
 
-@needs_redis
 @pytest.mark.browser
 @pytest.mark.parametrize("name", list(PAGES))
 def test_each_page_shows_the_fleet_light_and_dark_at_1280_and_at_4k(open_page, viewer, name):
@@ -372,7 +371,6 @@ def test_each_page_shows_the_fleet_light_and_dark_at_1280_and_at_4k(open_page, v
         screenshot(page, f"{name}{suffix}")
 
 
-@needs_redis
 @pytest.mark.browser
 def test_racks_switch_to_temperature_and_keep_the_choice_in_the_address(open_page, viewer):
     fleet = off_the_loop(ops_fleet)
@@ -401,7 +399,6 @@ def xid_79(node_042) -> Failure:
     return off_the_loop(record_event, node_042.pk, xid(79, gpu=5, at=time.time()))
 
 
-@needs_redis
 @pytest.mark.browser
 def test_an_injected_xid_79_appears_in_the_open_feed_without_reload(open_page, viewer, node_042):
     page = open_page(viewer, "/failures/")
@@ -422,7 +419,6 @@ def test_an_injected_xid_79_appears_in_the_open_feed_without_reload(open_page, v
     assert page.evaluate("window.notReloaded") is True
 
 
-@needs_redis
 @pytest.mark.browser
 def test_an_operator_acknowledges_then_resolves_a_failure_from_the_page(open_page, operator, xid_79):
     failure = xid_79
@@ -452,7 +448,6 @@ def test_an_operator_acknowledges_then_resolves_a_failure_from_the_page(open_pag
     ) == ["failure.open", "failure.acknowledge", "failure.resolve"]
 
 
-@needs_redis
 @pytest.mark.browser
 def test_a_viewer_sees_no_buttons_and_a_forged_acknowledge_is_refused(open_page, viewer, xid_79):
     failure = xid_79
@@ -474,7 +469,6 @@ def test_a_viewer_sees_no_buttons_and_a_forged_acknowledge_is_refused(open_page,
     ]
 
 
-@needs_redis
 @pytest.mark.browser
 def test_load_more_appends_the_next_page_in_place(open_page, viewer, node_042):
     now = timezone.now()

@@ -12,7 +12,6 @@ from django.test import override_settings
 from apps.dashboard import watchers
 from apps.telemetry.live import LivePublisher
 from apps.telemetry.storage import StoredBatch, Submission
-from tests.dashboard.conftest import needs_redis
 from tests.telemetry.conftest import telemetry
 
 IN_MEMORY = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
@@ -22,7 +21,6 @@ def stored(*node_ids: int) -> StoredBatch:
     return StoredBatch(received_at=None, stored=[Submission(n, telemetry(1)) for n in node_ids])  # type: ignore[arg-type]
 
 
-@needs_redis
 def test_a_node_is_watched_while_any_consumer_watches_it(redis_channel_layer):
     async def scenario() -> list[set[int] | None]:
         await watchers.watch("specific.a!1", [1, 2])
@@ -35,7 +33,6 @@ def test_a_node_is_watched_while_any_consumer_watches_it(redis_channel_layer):
     assert async_to_sync(scenario)() == [{1, 2}, {2}]
 
 
-@needs_redis
 def test_a_watch_not_renewed_expires(redis_channel_layer, monkeypatch):
     monkeypatch.setattr(watchers, "WATCH_TTL_S", -1.0)  # already past: a consumer that died long ago
     async_to_sync(watchers.watch)("specific.a!1", [5])
@@ -80,7 +77,6 @@ def test_the_publisher_sends_node_groups_only_for_watched_nodes_and_the_fleet_al
     asyncio.run(scenario())
 
 
-@needs_redis
 def test_the_publisher_sends_hundreds_of_groups_at_once_without_exhausting_the_redis_pool(
     redis_channel_layer, settings
 ):

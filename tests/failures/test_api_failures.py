@@ -143,9 +143,21 @@ def test_an_operator_resolves_with_a_note_and_the_side_effects_go_with_it(api_cl
     assert entry.detail == {"from_state": "open", "note": "Reseated GPU 0, burn-in passed.", "side_effects_resolved": 1}
 
 
-def test_resolving_an_acknowledged_failure_is_allowed(api_client, failure):
+def test_an_operator_resolves_an_acknowledged_failure(api_client, failure):
     failure.acknowledge(actor="alice")
-    assert api_client(Role.OPERATOR).post(f"{URL}/{failure.pk}/resolve").status_code == 200
+
+    response = api_client(Role.OPERATOR).post(f"{URL}/{failure.pk}/resolve")
+
+    assert response.status_code == 200, response.content
+    failure.refresh_from_db()
+    assert (failure.state, failure.resolved_by, failure.acknowledged_by) == (
+        FailureState.RESOLVED,
+        "operator-user",
+        "alice",
+    )
+    assert failure.resolved_at is not None
+    assert not Failure.objects.active().exists()
+    assert AuditLogEntry.objects.get(action="failure.resolve").detail["from_state"] == "acknowledged"
 
 
 def test_resolving_a_resolved_failure_is_a_409_that_says_who_resolved_it(api_client, failure):

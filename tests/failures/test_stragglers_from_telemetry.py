@@ -4,19 +4,13 @@ databases: PostgreSQL computes the medians itself, SQLite's rows are summarised 
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.apps import apps
 
 from apps.failures.models import StragglerFlag
 from apps.failures.stragglers import detect_stragglers, load_windows
+from apps.telemetry.models import GpuSample
 from tests import factories
 
-pytestmark = [
-    pytest.mark.django_db,
-    pytest.mark.skipif(
-        not apps.is_installed("apps.telemetry"),
-        reason="apps.telemetry (the raw GpuSample table) is not merged into this branch yet",
-    ),
-]
+pytestmark = pytest.mark.django_db
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -27,8 +21,6 @@ def node(db):
 
 
 def store(node, *, seconds: int, power_of: dict[int, float], start: datetime = NOW - timedelta(minutes=5)) -> None:
-    from apps.telemetry.models import GpuSample
-
     GpuSample.objects.bulk_create(
         GpuSample(
             node=node,

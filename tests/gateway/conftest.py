@@ -1,5 +1,5 @@
-"""A real ASGI server (uvicorn) on a free loopback port, a real Redis channel layer, and agents that
-are real WebSocket clients.
+"""A real ASGI server (uvicorn) on a free loopback port, a real Redis channel layer, the real storage,
+and agents that are real WebSocket clients.
 
 The server runs on the test's own event loop. Its consumers' database work and the test's run in
 the same asgiref worker thread, one after the other, which keeps SQLite's shared in-memory test
@@ -8,11 +8,7 @@ test database can be dropped at the end.
 """
 
 import asyncio
-import copy
-import os
 import socket
-import uuid
-from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -20,18 +16,18 @@ import pytest
 import pytest_asyncio
 import uvicorn
 from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
+from channels.layers import BaseChannelLayer
 from django.db import connections
 from websockets.asyncio.client import ClientConnection, connect
 
 from agents import protocol
-from apps.gateway import bookkeeping, sinks
+from apps.gateway import bookkeeping
 from apps.gateway.bookkeeping import bookkeeper
 from apps.gateway.models import NodeCredential
 from apps.inventory.models import Node
 from tests import factories
+from tests.gateway.storage import StoredTelemetry, storage  # noqa: F401  (a fixture)
 
-REDIS_URL = os.environ.get("GATEWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/5")
 NOW = 1_760_000_000.0  # a fixed agent clock, well inside the protocol's timestamp range
 
 in_db = database_sync_to_async
@@ -48,53 +44,15 @@ async def eventually(check: Callable[[], Any], *, timeout: float = 5.0) -> Any:
         await asyncio.sleep(0.05)
 
 
-class SinkRecorder:
-    """Stands in for apps.telemetry: stores in memory and deduplicates by seq as the real storage does."""
-
-    def __init__(self) -> None:
-        self.telemetry: dict[int, list[protocol.Telemetry]] = defaultdict(list)
-        self.events: dict[int, list[protocol.Events]] = defaultdict(list)
-        self.cursors: dict[int, list[int]] = defaultdict(lambda: [0, 0])
-
-    async def store_telemetry(self, node_id: int, message: protocol.Telemetry) -> int:
-        if message.seq > self.cursors[node_id][0]:
-            self.telemetry[node_id].append(message)
-            self.cursors[node_id][0] = message.seq
-        return self.cursors[node_id][0]
-
-    def store_events(self, node_id: int, message: protocol.Events) -> int:
-        if message.seq > self.cursors[node_id][1]:
-            self.events[node_id].append(message)
-            self.cursors[node_id][1] = message.seq
-        return self.cursors[node_id][1]
-
-    def stored_cursors(self, node_id: int) -> tuple[int, int]:
-        telemetry_seq, events_seq = self.cursors[node_id]
-        return telemetry_seq, events_seq
-
-
-@pytest.fixture
-def recorder(monkeypatch: pytest.MonkeyPatch) -> SinkRecorder:
-    sink = SinkRecorder()
-    for name in ("store_telemetry", "store_events", "stored_cursors"):
-        monkeypatch.setattr(sinks, name, getattr(sink, name))
-    return sink
-
-
-@pytest.fixture
-def channel_layer_on_test_redis(settings: Any) -> None:
-    """The configured channel layer, on a Redis database of its own and a prefix of this test's."""
-    layer = copy.deepcopy(settings.CHANNEL_LAYERS["default"])
-    layer["CONFIG"]["hosts"] = [{**host, "address": REDIS_URL} for host in layer["CONFIG"]["hosts"]]
-    layer["CONFIG"]["prefix"] = f"test-gateway-{uuid.uuid4().hex[:8]}"
-    settings.CHANNEL_LAYERS = {"default": layer}
-
-
 @pytest_asyncio.fixture
 async def server_url(
-    transactional_db: None, channel_layer_on_test_redis: None, monkeypatch: pytest.MonkeyPatch
+    transactional_db: None,
+    redis_channel_layer: BaseChannelLayer,
+    storage: StoredTelemetry,  # noqa: F811  (the fixture imported above)
+    monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[str]:
-    """``ws://127.0.0.1:<port>/ws/agent`` of the real ASGI application, served by uvicorn with its defaults."""
+    """``ws://127.0.0.1:<port>/ws/agent`` of the real ASGI application, served by uvicorn with its
+    defaults, in front of the real storage (storage.py) and the real channel layer."""
     monkeypatch.setitem(connections.settings["default"], "CONN_MAX_AGE", 0)
     monkeypatch.setattr(bookkeeping, "TICK_S", 0.1)  # the server's bookkeeping stops within a tick of the last socket
     from controlplane.asgi import application
@@ -111,9 +69,7 @@ async def server_url(
     ticking = bookkeeper()._task  # the last connection is gone: it writes what is pending and stops
     if ticking is not None:
         await ticking
-    layer = get_channel_layer()
-    await layer.flush()
-    await layer.close_pools()
+    await redis_channel_layer.close_pools()  # this event loop's; the fixture empties the layer after
 
 
 class Agent:

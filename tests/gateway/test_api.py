@@ -73,7 +73,7 @@ def test_only_admins_see_and_revoke_node_credentials(api_client, node, role):
     assert credential.revoked_at is None
 
 
-def test_an_admin_revokes_a_credential_and_the_audit_log_says_so(admin_api, node, channel_layer_on_test_redis):
+def test_an_admin_revokes_a_credential_and_the_audit_log_says_so(admin_api, node, redis_channel_layer):
     credential = node.credentials.get()
 
     listed = admin_api.get("/api/v1/node-credentials?hostname=gpu-0007").json()["results"]

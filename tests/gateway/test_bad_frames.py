@@ -45,7 +45,7 @@ BAD_FRAMES = {  # frame, error code, seq and stream named in the reply
 
 
 @pytest.mark.parametrize(("frame", "code", "seq", "stream"), BAD_FRAMES.values(), ids=BAD_FRAMES.keys())
-async def test_it_answers_a_bad_frame_with_an_error_and_carries_on(connect_agent, recorder, frame, code, seq, stream):
+async def test_it_answers_a_bad_frame_with_an_error_and_carries_on(connect_agent, frame, code, seq, stream):
     node, credential = await in_db(enrolled_node)()
     agent = await connect_agent(credential, node.hostname)
     await agent.hello()
@@ -60,7 +60,7 @@ async def test_it_answers_a_bad_frame_with_an_error_and_carries_on(connect_agent
     assert (counter.count, counter.last_message) == (1, reply.message[:500])
 
 
-async def test_it_names_the_field_that_is_out_of_range(connect_agent, recorder):
+async def test_it_names_the_field_that_is_out_of_range(connect_agent):
     node, credential = await in_db(enrolled_node)()
     agent = await connect_agent(credential, node.hostname)
     await agent.hello()
@@ -71,7 +71,7 @@ async def test_it_names_the_field_that_is_out_of_range(connect_agent, recorder):
     assert reply.message == "Expected `float` <= 150.0 - at `$.samples[0].gpus[0].temp_c`"
 
 
-async def test_it_requires_hello_first_and_then_only_once(connect_agent, recorder):
+async def test_it_requires_hello_first_and_then_only_once(connect_agent, storage):
     node, credential = await in_db(enrolled_node)()
     agent = await connect_agent(credential, node.hostname)
 
@@ -84,11 +84,11 @@ async def test_it_requires_hello_first_and_then_only_once(connect_agent, recorde
     assert before_hello.message == "Send hello first; 'telemetry' came before it."
     assert isinstance(welcome, protocol.Welcome)
     assert (again.code, again.message) == ("invalid", "Hello was already received on this connection.")
-    assert recorder.telemetry[node.pk] == []
+    assert await storage.sample_times(node) == []
     assert (await agent.roundtrip()).seq == 1
 
 
-async def test_it_counts_each_error_of_a_node_by_code(connect_agent, recorder, api_client):
+async def test_it_counts_each_error_of_a_node_by_code(connect_agent, api_client):
     node, credential = await in_db(enrolled_node)()
     agent = await connect_agent(credential, node.hostname)
     await agent.hello()
@@ -108,7 +108,7 @@ async def test_it_counts_each_error_of_a_node_by_code(connect_agent, recorder, a
     ]
 
 
-async def test_it_answers_an_error_it_did_not_foresee_and_keeps_the_socket(connect_agent, recorder, monkeypatch):
+async def test_it_answers_an_error_it_did_not_foresee_and_keeps_the_socket(connect_agent, monkeypatch):
     node, credential = await in_db(enrolled_node)()
     agent = await connect_agent(credential, node.hostname)
     await agent.hello()

@@ -1,5 +1,5 @@
-"""The agent socket over a real server: authentication, credential scoping, the Hello/Welcome
-handshake, acks, and one socket per node."""
+"""The agent socket over a real server and the real storage: authentication, credential scoping, the
+Hello/Welcome handshake, acks of what is stored, and one socket per node."""
 
 import asyncio
 
@@ -18,9 +18,9 @@ from tests.gateway.conftest import NOW, enrolled_node, eventually, in_db
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 
 
-async def test_it_welcomes_an_agent_with_the_seqs_already_stored(connect_agent, recorder):
+async def test_it_welcomes_an_agent_with_the_seqs_already_stored(connect_agent, storage):
     node, credential = await in_db(enrolled_node)("gpu-0001")
-    recorder.cursors[node.pk] = [41, 7]
+    await storage.stored_elsewhere(node, telemetry_seq=41, events_seq=7)
     agent = await connect_agent(credential, "gpu-0001")
 
     welcome = await agent.hello(simulated=True)
@@ -34,21 +34,48 @@ async def test_it_welcomes_an_agent_with_the_seqs_already_stored(connect_agent, 
     assert node.liveness == Liveness.ONLINE
 
 
-async def test_it_acks_telemetry_and_events_with_the_highest_stored_seq(connect_agent, recorder):
+async def test_it_acks_telemetry_and_events_with_the_highest_stored_seq(connect_agent, storage):
     node, credential = await in_db(enrolled_node)()
     agent = await connect_agent(credential, node.hostname)
     await agent.hello()
+    events = protocol.Events(seq=2, events=[protocol.GpuEvent(ts=NOW, kind="xid", gpu_index=3, xid=79)])
 
     await agent.send(agent.telemetry(seq=5))
     assert await agent.receive() == protocol.Ack(stream="telemetry", seq=5)
     await agent.send(agent.telemetry(seq=3))  # a replayed sample the server already has
     assert await agent.receive() == protocol.Ack(stream="telemetry", seq=5)
-    event = protocol.GpuEvent(ts=NOW, kind="xid", gpu_index=3, xid=79)
-    await agent.send(protocol.Events(seq=2, events=[event]))
+    await agent.send(events)
+    assert await agent.receive() == protocol.Ack(stream="events", seq=2)
+    await agent.send(events)  # replayed after a lost ack
     assert await agent.receive() == protocol.Ack(stream="events", seq=2)
 
-    assert [m.seq for m in recorder.telemetry[node.pk]] == [5]
-    assert recorder.events[node.pk][0].events == [event]
+    assert await storage.sample_times(node) == [NOW + 5]
+    assert await storage.events(node) == [("xid", 3, 79)]
+    assert await storage.cursors(node) == (5, 2)
+
+
+async def test_it_drops_a_replay_of_what_another_server_process_stored(connect_agent, storage):
+    # This process has never seen the node: only the stored cursor tells a replay from new data.
+    node, credential = await in_db(enrolled_node)()
+    await storage.stored_elsewhere(node, telemetry_seq=41, events_seq=7)
+    agent = await connect_agent(credential, node.hostname)
+    await agent.hello()
+
+    await agent.send(agent.telemetry(seq=41))  # its ack was lost with the other server's socket
+    replayed = await agent.receive()
+    await agent.send(agent.telemetry(seq=42))
+    new = await agent.receive()
+    await agent.send(protocol.Events(seq=7, events=[protocol.GpuEvent(ts=NOW, kind="xid", gpu_index=0, xid=31)]))
+    replayed_events = await agent.receive()
+
+    assert [replayed, new, replayed_events] == [
+        protocol.Ack(stream="telemetry", seq=41),
+        protocol.Ack(stream="telemetry", seq=42),
+        protocol.Ack(stream="events", seq=7),
+    ]
+    assert await storage.sample_times(node) == [NOW + 42]
+    assert await storage.events(node) == []
+    assert await storage.cursors(node) == (42, 7)
 
 
 @pytest.mark.parametrize(
@@ -77,7 +104,7 @@ async def test_it_refuses_a_revoked_credential_on_connect(connect_agent):
     assert await agent.close_code() == protocol.CloseCode.UNAUTHORIZED
 
 
-async def test_it_closes_a_live_socket_when_an_admin_revokes_its_credential(connect_agent, admin_api, recorder):
+async def test_it_closes_a_live_socket_when_an_admin_revokes_its_credential(connect_agent, admin_api):
     node, credential = await in_db(enrolled_node)()
     agent = await connect_agent(credential, node.hostname)
     await agent.hello()
@@ -92,7 +119,7 @@ async def test_it_closes_a_live_socket_when_an_admin_revokes_its_credential(conn
     assert await agent.close_code() == protocol.CloseCode.UNAUTHORIZED
 
 
-async def test_it_finds_a_revocation_on_the_next_message_even_without_the_push(connect_agent, recorder):
+async def test_it_finds_a_revocation_on_the_next_message_even_without_the_push(connect_agent, storage):
     node, credential = await in_db(enrolled_node)()
     agent = await connect_agent(credential, node.hostname)
     await agent.hello()
@@ -104,11 +131,11 @@ async def test_it_finds_a_revocation_on_the_next_message_even_without_the_push(c
     reply = await agent.receive()
     assert (reply.code, reply.message) == ("forbidden", "This credential was revoked; enroll the node again.")
     assert await agent.close_code() == protocol.CloseCode.UNAUTHORIZED
-    assert recorder.telemetry[node.pk] == []
+    assert await storage.sample_times(node) == []
 
 
 @pytest.mark.parametrize("message", ["hello", "inventory"])
-async def test_it_refuses_and_audits_a_node_speaking_for_another(connect_agent, recorder, message):
+async def test_it_refuses_and_audits_a_node_speaking_for_another(connect_agent, message):
     node_a, credential_a = await in_db(enrolled_node)("gpu-000a")
     node_b, _ = await in_db(enrolled_node)("gpu-000b")
     agent = await connect_agent(credential_a, "gpu-000a")
@@ -135,7 +162,7 @@ async def test_it_refuses_and_audits_a_node_speaking_for_another(connect_agent, 
     assert await eventually(lambda: GatewayCounter.objects.filter(node=node_a, code="forbidden", count=1).exists())
 
 
-async def test_it_closes_the_older_socket_when_the_node_connects_again(connect_agent, recorder):
+async def test_it_closes_the_older_socket_when_the_node_connects_again(connect_agent):
     node, credential = await in_db(enrolled_node)()
     first = await connect_agent(credential, node.hostname)
     await first.hello()
@@ -148,7 +175,7 @@ async def test_it_closes_the_older_socket_when_the_node_connects_again(connect_a
     assert await in_db(lambda: NodeAgent.objects.get(node=node).connected)()
 
 
-async def test_an_abandoned_earlier_connection_does_not_close_the_one_that_replaced_it(connect_agent, recorder):
+async def test_an_abandoned_earlier_connection_does_not_close_the_one_that_replaced_it(connect_agent):
     # The agent gave up on a connection whose Welcome was slow and connected again; the server finishes
     # the first Hello after the second and announces it late.
     node, credential = await in_db(enrolled_node)()
@@ -174,32 +201,40 @@ async def test_it_refuses_a_protocol_version_it_does_not_speak(connect_agent):
     assert await agent.close_code() == 4426
 
 
-async def test_it_refuses_telemetry_honestly_while_telemetry_storage_is_not_installed(connect_agent, monkeypatch):
-    monkeypatch.setattr(sinks, "TELEMETRY_APP", "apps.not_installed")
+async def test_it_refuses_telemetry_honestly_while_storage_is_not_ready(connect_agent, storage, monkeypatch):
+    async def storage_not_ready(node_id: int, message: protocol.Telemetry) -> int:  # a fault injector
+        raise sinks.NotReady("Telemetry storage is not ready; keep the data buffered.")
+
+    monkeypatch.setattr(sinks, "store_telemetry", storage_not_ready)
     node, credential = await in_db(enrolled_node)()
     agent = await connect_agent(credential, node.hostname)
-    assert (await agent.hello()).last_telemetry_seq == 0
+    await agent.hello()
 
     await agent.send(agent.telemetry(seq=9))
 
     reply = await agent.receive()
     assert (reply.code, reply.seq, reply.stream) == ("not_ready", 9, "telemetry")
-    assert "not installed" in reply.message
+    assert reply.message == "Telemetry storage is not ready; keep the data buffered."
+    assert await storage.sample_times(node) == []
 
 
-async def test_it_marks_the_node_online_and_seen_on_heartbeats(connect_agent, recorder):
+async def test_it_marks_the_node_online_and_seen_on_heartbeats(connect_agent):
     node, credential = await in_db(enrolled_node)()
     agent = await connect_agent(credential, node.hostname)
     await agent.hello()
-    await in_db(lambda: Node.objects.filter(pk=node.pk).update(last_seen_at=None))()
+    # The liveness sweep found it silent since: only what the agent says next can bring it back.
+    await in_db(lambda: Node.objects.filter(pk=node.pk).update(liveness=Liveness.UNREACHABLE, last_seen_at=None))()
 
     await agent.send(protocol.Heartbeat(ts=NOW))
 
-    seen = await eventually(lambda: Node.objects.get(pk=node.pk).last_seen_at)
-    assert seen is not None
+    await eventually(lambda: Node.objects.get(pk=node.pk).last_seen_at)
+    await in_db(node.refresh_from_db)()
+    assert (node.liveness, node.last_seen_at is not None) == (Liveness.ONLINE, True)
+    recovered = AuditLogEntry.objects.filter(action="node.recovered", object_id=str(node.pk))
+    assert await in_db(recovered.count)() == 1
 
 
-async def test_it_keeps_an_idle_socket_open_past_the_channel_layers_blocking_read(connect_agent, recorder):
+async def test_it_keeps_an_idle_socket_open_past_the_channel_layers_blocking_read(connect_agent):
     node, credential = await in_db(enrolled_node)()
     agent = await connect_agent(credential, node.hostname)
     await agent.hello()

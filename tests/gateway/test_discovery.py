@@ -237,7 +237,7 @@ def test_it_leaves_nvlinks_alone_when_every_peer_is_an_nvswitch(node):
 
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
-async def test_it_applies_an_inventory_sent_over_the_socket(connect_agent, recorder):
+async def test_it_applies_an_inventory_sent_over_the_socket(connect_agent):
     node, credential = await in_db(enrolled_node)("gpu-0300")
     old_uuid = await in_db(lambda: Gpu.objects.get(node=node, index=5).uuid)()
     agent = await connect_agent(credential, "gpu-0300")

@@ -1,5 +1,6 @@
 """Liveness: a node whose agent falls silent is marked unreachable within AGENT_UNREACHABLE_AFTER_S,
-each change calls its hook once, and the node recovers by itself when the agent speaks again."""
+each change is announced once (audited, its liveness failure raised or resolved), and the node
+recovers by itself when the agent speaks again."""
 
 from datetime import timedelta
 
@@ -8,7 +9,9 @@ from django.conf import settings
 from django.utils import timezone
 
 from apps.accounts.models import AuditLogEntry
-from apps.gateway import liveness, sinks
+from apps.failures.choices import FailureKind
+from apps.failures.models import Failure
+from apps.gateway import liveness
 from apps.gateway.tasks import sweep_liveness
 from apps.inventory.choices import Liveness
 from apps.inventory.models import Node
@@ -17,15 +20,6 @@ from tests import factories
 from tests.gateway.conftest import enrolled_node, eventually, in_db
 
 T0 = timezone.now().replace(microsecond=0)
-
-
-@pytest.fixture
-def hooks(monkeypatch):
-    """Replaces the liveness hooks with recorders of the hostnames they were called with."""
-    called: dict[str, list[str]] = {"unreachable": [], "recovered": []}
-    monkeypatch.setattr(sinks, "node_unreachable", lambda node: called["unreachable"].append(node.hostname))
-    monkeypatch.setattr(sinks, "node_recovered", lambda node: called["recovered"].append(node.hostname))
-    return called
 
 
 @pytest.fixture
@@ -40,8 +34,18 @@ def liveness_of(hostname: str) -> str:
     return Node.objects.get(hostname=hostname).liveness
 
 
+def announced(action: str) -> list[str]:
+    """The hostnames of the nodes whose liveness changes were announced as ``action``, in order."""
+    return list(AuditLogEntry.objects.filter(action=action).order_by("id").values_list("object_repr", flat=True))
+
+
+def open_liveness_failures() -> list[str]:
+    failures = Failure.objects.active().filter(kind=FailureKind.LIVENESS).order_by("node__hostname")
+    return list(failures.values_list("node__hostname", flat=True))
+
+
 @pytest.mark.parametrize("sweep_phase_s", [0.0, 1.3, 2.5, 4.9])
-def test_it_keeps_its_promise_of_unreachable_within_15_seconds_of_the_last_message(fleet, hooks, sweep_phase_s):
+def test_it_keeps_its_promise_of_unreachable_within_15_seconds_of_the_last_message(fleet, sweep_phase_s):
     last_message = T0
     # Worst case: the message just missed a batch write, so last_seen_at says one resolution later.
     Node.objects.filter(hostname="quiet").update(
@@ -55,7 +59,7 @@ def test_it_keeps_its_promise_of_unreachable_within_15_seconds_of_the_last_messa
     assert settings.CELERY_BEAT_SCHEDULE["gateway-sweep-liveness"]["schedule"] == settings.AGENT_LIVENESS_SWEEP_S
 
 
-def test_it_marks_a_silent_node_unreachable_once_and_calls_the_hook_once(fleet, hooks):
+def test_it_marks_a_silent_node_unreachable_once_and_announces_it_once(fleet):
     liveness.record_heard([fleet["chatty"].pk], T0 + timedelta(seconds=8))
 
     before_limit = liveness.mark_unreachable(T0 + liveness.silence_limit())
@@ -65,17 +69,19 @@ def test_it_marks_a_silent_node_unreachable_once_and_calls_the_hook_once(fleet, 
     assert before_limit == []
     assert [node.hostname for node in marked] == ["quiet"]
     assert [node.hostname for node in again] == ["chatty"]
-    assert hooks["unreachable"] == ["quiet", "chatty"]
+    assert announced("node.unreachable") == ["quiet", "chatty"]
+    assert open_liveness_failures() == ["chatty", "quiet"]
     assert liveness_of("never-seen") == Liveness.UNKNOWN
 
 
-def test_it_brings_an_unreachable_node_back_when_its_agent_speaks(fleet, hooks):
+def test_it_brings_an_unreachable_node_back_when_its_agent_speaks(fleet):
     liveness.mark_unreachable(T0 + timedelta(seconds=30))
 
     returned = liveness.record_heard([fleet["quiet"].pk, fleet["never-seen"].pk], T0 + timedelta(seconds=40))
 
     assert sorted(node.hostname for node in returned) == ["never-seen", "quiet"]
-    assert hooks["recovered"] == ["quiet"]  # a node seen for the first time did not recover from anything
+    assert announced("node.recovered") == ["quiet"]  # a node seen for the first time did not recover from anything
+    assert open_liveness_failures() == ["chatty"]  # chatty was never heard again
     assert Node.objects.get(hostname="quiet").last_seen_at == T0 + timedelta(seconds=40)
     assert liveness_of("never-seen") == Liveness.ONLINE
     assert liveness.record_heard([fleet["quiet"].pk], T0 + timedelta(seconds=41)) == []
@@ -94,7 +100,7 @@ def test_it_writes_the_changes_to_the_audit_log(fleet):
     ]
 
 
-def test_the_beat_task_sweeps_on_the_gateway_queue(fleet, hooks):
+def test_the_beat_task_sweeps_on_the_gateway_queue(fleet):
     Node.objects.filter(hostname="quiet").update(last_seen_at=timezone.now() - timedelta(minutes=1))
     Node.objects.filter(hostname="chatty").update(last_seen_at=timezone.now())
 
@@ -107,7 +113,7 @@ def test_the_beat_task_sweeps_on_the_gateway_queue(fleet, hooks):
 
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
-async def test_it_waits_for_the_timeout_after_a_disconnect_and_recovers_on_reconnect(connect_agent, recorder):
+async def test_it_waits_for_the_timeout_after_a_disconnect_and_recovers_on_reconnect(connect_agent):
     node, credential = await in_db(enrolled_node)()
     agent = await connect_agent(credential, node.hostname)
     await agent.hello()
