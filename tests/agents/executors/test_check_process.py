@@ -18,7 +18,7 @@ sys.exit(main(sys.argv[1:]))
 IMPORT_EVERY_EXECUTOR_MODULE = """
 import importlib, pkgutil, sys
 sys.modules["torch"] = None
-import agents.executors
+import agents.executors, agents.simulator.checks
 for module in pkgutil.walk_packages(agents.executors.__path__, "agents.executors."):
     importlib.import_module(module.name)
 print("imported")
