@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     prefer_pci_order()
     reporter = Reporter(CHECKS[args.check].name, claim_stdout())
     result, code = run(args.check, args.params_file or args.params, reporter)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the check is over: a request to stop changes nothing now
     reporter.result(result)
     return code
 
@@ -64,7 +65,6 @@ def run(
         with interruptible():
             check.run(params, context)
     except Interrupted as signalled:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the result goes out; a second request changes nothing
         elapsed = builder.clock() - builder.started
         return builder.finish(error=f"interrupted by {signalled} after {elapsed:.1f} s"), EXIT_ERROR
     except CheckSkipped as skipped:

@@ -50,7 +50,7 @@ class GpuWatch:
 
 @dataclass
 class TelemetryWatch:
-    """Samples ``collector`` every ``interval_s`` between ``start`` and ``stop``."""
+    """Samples ``collector`` every ``interval_s`` between ``start`` and ``stop``, and closes it then."""
 
     collector: Collector | None
     interval_s: float = 1.0
@@ -72,6 +72,8 @@ class TelemetryWatch:
             self._thread.join()
             self._thread = None
             self._take()
+        if self.collector is not None:
+            self.collector.close()
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):

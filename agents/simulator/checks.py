@@ -58,7 +58,7 @@ from agents.simulator.profiles import Profile
 from agents.simulator.workloads import BurnIn
 
 TOOL: Final = "simulator"
-MAX_WINDOWS: Final = 12  # per dtype: enough to show a drop (three windows a quarter), cheap for a thousand nodes
+MAX_WINDOWS: Final = 8  # per dtype: enough to show a drop (two windows a quarter), cheap for a thousand nodes
 SIZE: Final = 8192
 LATENCY_US: Final = {"node": 25.0, "fabric": 45.0}  # an all-reduce's fixed cost, in the node and across
 RING_SHARE: Final = 0.92  # of a GPU's NIC, what a ring all-reduce across nodes reaches
