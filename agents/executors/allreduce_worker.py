@@ -79,7 +79,8 @@ def main(argv: list[str]) -> int:
     if local_rank == 0:
         versions = {"torch": str(torch.__version__)}
         if params.backend == "nccl":
-            versions["nccl"] = ".".join(str(part) for part in torch.cuda.nccl.version())
+            nccl = torch.cuda.nccl.version()  # (2, 21, 5); a bare 2215 from torch before 1.13
+            versions["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
         report = WorkerReport(world_size=rank.world, backend=params.backend, versions=versions, rows=rows)
         out.write(protocol.encode(report) + b"\n")
     return 0
