@@ -29,7 +29,13 @@ EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agents.executors", description="Run one burn-in check.")
+    checks = "\n".join(f"  {name:<17} {check.summary}" for name, check in sorted(CHECKS.items()))
+    parser = argparse.ArgumentParser(
+        prog="python -m agents.executors",
+        description="Run one burn-in check; its progress and result go to stdout as protocol lines.",
+        epilog=f"checks:\n{checks}\n\nParameters and formulas: docs/burn-in-checks.md",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("check", choices=sorted(CHECKS))
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--params", help="the check's parameters, a JSON object")

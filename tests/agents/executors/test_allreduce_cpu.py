@@ -18,23 +18,24 @@ from tests.agents.executors.conftest import REPO_ROOT
 SIZES = [4096, 65536, 262144]
 
 
-def test_it_measures_bus_bandwidth_over_gloo_ranks_and_labels_it_cpu(run_check):
-    ran = run_check("nccl_allreduce", {"sizes_bytes": SIZES, "iters": 3, "warmup": 1, "theoretical_busbw_gbps": 1e6})
+def test_it_measures_bus_bandwidth_over_three_gloo_ranks_and_labels_it_cpu(run_check):
+    params = {"sizes_bytes": SIZES, "iters": 3, "warmup": 1, "nproc_per_node": 3, "theoretical_busbw_gbps": 1e6}
+    ran = run_check("nccl_allreduce", params)
 
     result = ran.result
     assert (result.device, result.error) == ("cpu", None)
     assert result.tool.endswith("gloo via torchrun")
-    assert (result.evidence["backend"], result.evidence["ranks"]) == ("gloo", 2)
+    assert (result.evidence["backend"], result.evidence["ranks"]) == ("gloo", 3)
     (busbw,) = ran.named("busbw")
     (algbw,) = ran.named("algbw")
     (wrong,) = ran.named("wrong_elements")
     assert busbw.unit == algbw.unit == "GB/s"
     assert busbw.evidence["algorithm"] == "gloo's own"
     assert busbw.evidence["size_bytes"] == 262144
-    assert busbw.measured == pytest.approx(algbw.measured * 2 * (2 - 1) / 2)
+    assert busbw.measured == pytest.approx(algbw.measured * 2 * (3 - 1) / 3)
     for size, time_us, algbw_gbps, busbw_gbps in busbw.evidence["sweep"]:
-        assert algbw_gbps == pytest.approx(size / time_us / 1e3, rel=1e-3, abs=1e-4)
-        assert busbw_gbps == pytest.approx(algbw_gbps, abs=1e-4)  # 2(n−1)/n is 1 for two ranks
+        assert algbw_gbps == pytest.approx(size / time_us / 1e3, rel=1e-5)
+        assert busbw_gbps == pytest.approx(algbw_gbps * 4 / 3, rel=1e-5)
     assert (busbw.expected, busbw.passed) == (0.8 * 1e6, False)  # under 80 % of the theoretical figure
     assert (wrong.measured, wrong.passed) == (0, True)
     assert result.passed is False
