@@ -52,6 +52,8 @@ _NOW: Final = (
     ("remapped_rows_failed", "remapped_rows_failed"),
     ("recovery_action", "recovery_action"),
 )
+# NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: what the driver says the GPU needs.
+RECOVERY_ACTIONS: Final = {0: "none", 1: "GPU reset", 2: "node reboot", 3: "drain peer-to-peer", 4: "drain and reset"}
 MAX_XIDS_SHOWN: Final = 20
 SAME_XID_WITHIN_S: Final = 10.0  # the kernel log and NVML stamp one XID a little apart
 
@@ -114,7 +116,8 @@ def _gpu(gpu: GpuSample, before: GpuSample | None, params: HealthParams, absent:
         if value is None:
             absent.append(field)
         else:
-            out.append(measurement(name, int(value), "count", 0, "at_most", gpu=gpu.index))
+            meaning = {"action": RECOVERY_ACTIONS.get(value, "unknown")} if field == "recovery_action" else None
+            out.append(measurement(name, int(value), "count", 0, "at_most", gpu=gpu.index, evidence=meaning))
     if before is None:
         if gpu.ecc_uncorrected_aggregate is not None:  # history, not judged without a baseline
             out.append(measurement("ecc_uncorrected_aggregate", gpu.ecc_uncorrected_aggregate, "count", gpu=gpu.index))

@@ -62,6 +62,8 @@ def test_an_uncorrectable_ecc_error_fails_it(run_check):
     assert ran.result.passed is False
     assert ("ecc_uncorrected_volatile", 6, None) in failed(ran.result)
     assert ("recovery_action", 6, None) in failed(ran.result)
+    (action,) = ran.named("recovery_action", gpu=6)
+    assert action.evidence == {"action": "GPU reset"}  # what XID 48 asks for
     assert ran.code == 1
 
 
