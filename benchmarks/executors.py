@@ -34,6 +34,7 @@ from agents.executors.reporter import Reporter
 from agents.executors.runtime import require_torch, select_devices, synchronize
 
 TOLERANCE = 0.05  # the ratio's allowed distance from 1
+WINDOWS = 5  # the check's windows in a run, so that it runs as long as the bare loop does
 
 
 def bare_tflops(torch: Any, device: Any, gpu: int | None, dtype: str, size: int, seconds: float) -> float:
@@ -57,7 +58,7 @@ def bare_tflops(torch: Any, device: Any, gpu: int | None, dtype: str, size: int,
 
 def check_tflops(dtype: str, size: int, seconds: float, gpu: int | None) -> float:
     """The compute check's own figure (the first GPU's, on a GPU node)."""
-    params = {"duration_s": seconds, "dtypes": [dtype], "size": size, "max_drop": 1.0}
+    params = {"duration_s": seconds, "window_s": seconds / WINDOWS, "dtypes": [dtype], "size": size, "max_drop": 1.0}
     if gpu is not None:
         params["gpus"] = [gpu]
     result, _ = run_check("compute", json.dumps(params), Reporter("compute", io.BytesIO()))
@@ -70,8 +71,8 @@ def check_tflops(dtype: str, size: int, seconds: float, gpu: int | None) -> floa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, help="M = N = K (default 1024 on the CPU, 8192 on a GPU)")
-    parser.add_argument("--seconds", type=float, default=1.5, help="each run (default 1.5)")
-    parser.add_argument("--rounds", type=int, default=5, help="rounds of bare, check, check, bare (default 5)")
+    parser.add_argument("--seconds", type=float, default=0.5, help="each run (default 0.5)")
+    parser.add_argument("--rounds", type=int, default=21, help="rounds of bare, check, check, bare (default 21)")
     parser.add_argument("--dtypes", nargs="+", help="default: fp32 bf16 on the CPU, bf16 fp16 tf32 fp32 on a GPU")
     args = parser.parse_args()
     torch = require_torch()
