@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 from agents.protocol import GpuEvent, GpuInfo, HostFacts, Inventory, NodeSample, NvLinkPeer, PortInfo
 from agents.simulator.faults import FaultSpec, parse_fault_spec
-from agents.simulator.model import NodeDied, NodeModel
+from agents.simulator.model import PCIE_WIDTH, NodeDied, NodeModel
 from agents.simulator.profiles import Profile, profile_named
 from agents.simulator.workloads import Training, Workload
 
@@ -67,8 +67,8 @@ class SimulatedCollector:
                 pci_bus_id=f"0000:{profile.pci_buses[gpu.index]}:00.0",
                 power_limit_w=profile.power_limit_w,
                 pcie_gen=profile.pcie_gen,
-                pcie_width=16,
-                pcie_width_current=16,
+                pcie_width=PCIE_WIDTH,
+                pcie_width_current=gpu.pcie_width,
                 nvlinks=identity.nvlinks(gpu.inactive_links),
             )
             for gpu in model.gpus

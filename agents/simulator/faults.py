@@ -8,6 +8,7 @@ and a leading ``- `` is ignored (so a YAML list of the same strings reads the sa
     gpu-010:die@300               gpu-010 dies 300 s in
     gpu-004:thermal@60+600:gpu1   GPU 1 overheats from 60 s to 660 s
     gpu-002:flap@30:mlx5_3        mlx5_3 on gpu-002 starts flapping 30 s in
+    gpu-006:x8:gpu4               GPU 4's PCIe link trains at x8: host↔device bandwidth halves
     *:xid48~0.5/h                 on every node, a double-bit ECC error twice an hour on average
 
 An entry is ``HOST:PART[:PART...]``: HOST is a hostname or ``*`` (every node); one part is the
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 FaultKind = Literal[
-    "xid79", "xid48", "xid94", "xid95", "xid63", "xid64", "xid74", "thermal", "straggler", "flap", "die"
+    "xid79", "xid48", "xid94", "xid95", "xid63", "xid64", "xid74", "thermal", "straggler", "x8", "flap", "die"
 ]  # fmt: skip
 
 # What each fault does, for the error messages and the docs.
@@ -36,10 +37,13 @@ FAULTS: Final[dict[str, str]] = {
     "xid74": "an NVLink error (XID 74)",
     "thermal": "the GPU's cooling fails: it heats up and throttles",
     "straggler": "the GPU draws ~50 W less than its siblings and clocks lower",
+    "x8": "the GPU's PCIe link trains at x8 of its x16 (a badly seated card or riser): host↔device bandwidth halves",
     "flap": "an InfiniBand link flaps between down and active",
     "die": "the node dies: its agent goes silent",
 }
-GPU_FAULTS: Final = frozenset({"xid79", "xid48", "xid94", "xid95", "xid63", "xid64", "xid74", "thermal", "straggler"})
+GPU_FAULTS: Final = frozenset(
+    {"xid79", "xid48", "xid94", "xid95", "xid63", "xid64", "xid74", "thermal", "straggler", "x8"}
+)
 PORT_FAULTS: Final = frozenset({"flap"})
 CONDITIONS: Final = frozenset({"thermal", "straggler", "flap"})  # last a while, the rest happen once
 

@@ -24,6 +24,7 @@ Cost: one 8-GPU, 8-port node sample takes about 35 µs on this project's 2-core 
 import heapq
 import math
 import random
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Final
 
@@ -54,6 +55,8 @@ FLAP_PERIOD_S: Final = 12.0
 FLAP_DOWN_S: Final = 3.0
 RANDOM_CONDITION_S: Final = {"thermal": 900.0, "flap": 300.0}  # how long a random condition lasts
 CLOCK_STEP_MHZ: Final = 15
+PCIE_WIDTH: Final = 16
+XID_HISTORY: Final = 256  # the XIDs a node keeps for its burn-in health check (agents.simulator.checks)
 
 # (event text, recovery action) of each XID, as the driver reports them.
 XIDS: Final = {
@@ -90,6 +93,7 @@ class SimGpu:
         "nvlink_recovery_errors",
         "nvlink_replay_errors",
         "pcie_replay_count",
+        "pcie_width",
         "power_offset_w",
         "present",
         "recovery_action",
@@ -123,6 +127,7 @@ class SimGpu:
         self.remapped_rows_pending = False
         self.remapped_rows_failed = False
         self.pcie_replay_count = 0
+        self.pcie_width = PCIE_WIDTH  # the width the link trained at
         self.nvlink_crc_errors = 0
         self.nvlink_replay_errors = 0
         self.nvlink_recovery_errors = 0
@@ -170,12 +175,24 @@ class NodeModel:
         self.gpus = [SimGpu(index, self._noise) for index in range(profile.gpus)]
         self.ports = [SimPort(f"mlx5_{number}") for number in range(profile.ib_ports)]
         self.died_at: float | None = None
-        self.events: list[GpuEvent] = []
+        self.events: list[GpuEvent] = []  # drained by the agent
+        self.xids: deque[GpuEvent] = deque(maxlen=XID_HISTORY)  # kept, as a kernel log keeps them
         self._t: float | None = None  # simulation time of the last sample
         self._timeline: list[tuple[float, int, Callable[[float], None]]] = []
         self._scheduled = 0
         for spec in faults:
             self._schedule_spec(spec)
+
+    def under(self, workload: Workload) -> "NodeModel":
+        """A copy of this node's GPUs as they are now, under ``workload`` from time 0 on, with no
+        faults to come: what-if runs (a burn-in's figures) that leave this node untouched."""
+        copy = NodeModel(self.profile, self.hostname, 0, workload, start=0.0)
+        for mine, theirs in zip(self.gpus, copy.gpus, strict=True):
+            for name in SimGpu.__slots__:
+                setattr(theirs, name, getattr(mine, name))
+            theirs.inactive_links = set(mine.inactive_links)
+        copy._t = 0.0 if any(gpu.temp_c for gpu in self.gpus) else None  # warm: go on from here; cold: settle first
+        return copy
 
     # Faults ------------------------------------------------------------------------------------
 
@@ -230,6 +247,8 @@ class NodeModel:
             self.gpus[index].resistance = FAILED_COOLING_RESISTANCE
         elif kind == "straggler":
             self.gpus[index].straggler = True
+        elif kind == "x8":
+            self.gpus[index].pcie_width = PCIE_WIDTH // 2
         else:
             self._xid(self.gpus[index], int(kind.removeprefix("xid")), t)
         if kind in CONDITIONS:
@@ -271,7 +290,9 @@ class NodeModel:
             gpu.nvlink_recovery_errors += 1
             text = text.format(link=link)
         gpu.recommend(action)
-        self.events.append(GpuEvent(ts=self._epoch(t), kind="xid", gpu_index=gpu.index, xid=xid, data=text))
+        event = GpuEvent(ts=self._epoch(t), kind="xid", gpu_index=gpu.index, xid=xid, data=text)
+        self.events.append(event)
+        self.xids.append(event)
 
     def _epoch(self, t: float) -> float:
         return (self.start or 0.0) + t
