@@ -17,7 +17,7 @@ from django.db.models import Count, Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from apps.dashboard.publish import publish_failure
+from apps.core.events import FailureChange, FailureChanged, announce
 from apps.failures import xid as catalog
 from apps.failures.choices import ACTIVE_STATES, FailureKind, FailureState, Severity, StragglerMetric
 from apps.inventory.models import Gpu, NetworkPort, Node
@@ -121,6 +121,10 @@ class Failure(models.Model):
     def recovery_action_text(self) -> str | None:
         return None if self.recovery_action is None else catalog.recovery_action(self.recovery_action).text
 
+    def announce(self, change: FailureChange) -> None:
+        """Tell whoever listens (apps/core/events.py) that this failure changed, once it is committed."""
+        announce(FailureChanged(self.pk, self.node_id, change))
+
     # State changes -------------------------------------------------------------------------------
     # Each is a conditional update on the state it starts from, so two operators acting at once
     # cannot both succeed, and the loser is told what happened instead.
@@ -135,7 +139,7 @@ class Failure(models.Model):
         self.refresh_from_db()
         if not changed:
             raise IllegalFailureTransition(f"{self.describe_state()}; only an open failure can be acknowledged.")
-        publish_failure(self)
+        self.announce("acknowledged")
 
     def resolve(self, *, actor: str, user: AbstractBaseUser | None = None, note: str = "") -> int:
         """Resolve the failure and its active side effects (and theirs); returns how many side effects."""
@@ -160,7 +164,7 @@ class Failure(models.Model):
         self.refresh_from_db()
         if not changed:
             raise IllegalFailureTransition(f"{self.describe_state()}; there is nothing left to resolve.")
-        publish_failure(self)
+        self.announce("resolved")
         return side_effects
 
     def describe_state(self) -> str:

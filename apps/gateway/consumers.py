@@ -166,8 +166,6 @@ class AgentConsumer(AsyncWebsocketConsumer):
             await self._handle(message)
         except protocol.ProtocolError as exc:
             await self._reply_error(exc.code, exc.message, *refused)
-        except sinks.NotReady as exc:
-            await self._reply_error("not_ready", str(exc), *refused)
         except Exception:  # one message failing to store must not take the node's connection down
             logger.exception("Failed to handle %s from %s", type(message).__name__, self.node.hostname)
             await self._reply_error("internal", "The server failed to handle this message; it is logged.", *refused)

@@ -169,6 +169,33 @@ def group_send(group: str, message: dict[str, Any]) -> None:
     off_the_loop(async_to_sync(get_channel_layer().group_send), group, message)
 
 
+# Listening to the channel layer's groups as consumers do --------------------------------------------
+
+
+async def listen(*groups: str) -> dict[str, str]:
+    """A channel of its own for each group, added to it as a consumer's would be: {group: channel}."""
+    layer = get_channel_layer()
+    channels = {group: await layer.new_channel() for group in groups}
+    for group, channel in channels.items():
+        await layer.group_add(group, channel)
+    return channels
+
+
+async def receive(channel: str, timeout: float = 5.0) -> dict[str, Any]:
+    return await asyncio.wait_for(get_channel_layer().receive(channel), timeout)
+
+
+async def waiting(channel: str) -> list[dict[str, Any]]:
+    """Every message waiting on ``channel``, for code that has already sent all it will send (its
+    sends returned): the last, empty wait only confirms that nothing more is there."""
+    messages = []
+    while True:
+        try:
+            messages.append(await receive(channel, timeout=0.2))
+        except TimeoutError:
+            return messages
+
+
 # Real headless Chromium ---------------------------------------------------------------------------
 
 CHROMIUM = Path(os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium"))

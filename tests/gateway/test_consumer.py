@@ -8,7 +8,6 @@ from channels.layers import get_channel_layer
 
 from agents import protocol
 from apps.accounts.models import AuditLogEntry
-from apps.gateway import sinks
 from apps.gateway.consumers import CLOSE_FORBIDDEN, CLOSE_SUPERSEDED, CLOSE_UNAUTHORIZED
 from apps.gateway.models import GatewayCounter, NodeAgent
 from apps.gateway.push import node_group
@@ -173,19 +172,6 @@ async def test_it_refuses_a_protocol_version_it_does_not_speak(connect_agent):
 
     assert (reply.code, reply.message) == ("protocol_version", "This server speaks protocol 1, not 2.")
     assert await agent.close_code() == 4426
-
-
-async def test_it_refuses_telemetry_honestly_while_telemetry_storage_is_not_installed(connect_agent, monkeypatch):
-    monkeypatch.setattr(sinks, "TELEMETRY_APP", "apps.not_installed")
-    node, credential = await in_db(enrolled_node)()
-    agent = await connect_agent(credential, node.hostname)
-    assert (await agent.hello()).last_telemetry_seq == 0
-
-    await agent.send(agent.telemetry(seq=9))
-
-    reply = await agent.receive()
-    assert (reply.code, reply.seq, reply.stream) == ("not_ready", 9, "telemetry")
-    assert "not installed" in reply.message
 
 
 async def test_it_marks_the_node_online_and_seen_on_heartbeats(connect_agent, recorder):
