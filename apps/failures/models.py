@@ -136,10 +136,7 @@ class Failure(models.Model):
             acknowledged_by=actor,
             acknowledged_by_user=user,
         )
-        self.refresh_from_db()
-        if not changed:
-            raise IllegalFailureTransition(f"{self.describe_state()}; only an open failure can be acknowledged.")
-        self.announce("acknowledged")
+        self._settle(changed, "acknowledged", refusal="only an open failure can be acknowledged.")
 
     def resolve(self, *, actor: str, user: AbstractBaseUser | None = None, note: str = "") -> int:
         """Resolve the failure and its active side effects (and theirs); returns how many side effects."""
@@ -149,23 +146,32 @@ class Failure(models.Model):
             "resolved_by": actor,
             "resolved_by_user": user,
         }
-        side_effects = 0
         with transaction.atomic():
             changed = Failure.objects.filter(pk=self.pk, state__in=ACTIVE_STATES).update(
                 **resolution, resolution_note=note
             )
-            causes = [self.pk] if changed else []
-            while causes:
-                effects = list(Failure.objects.active().filter(cause__in=causes).values_list("pk", flat=True))
-                side_effects += Failure.objects.filter(pk__in=effects).update(
-                    **resolution, resolution_note=f"Resolved with its cause, failure #{self.pk}."
-                )
-                causes = effects
+            side_effects = self._resolve_side_effects(resolution) if changed else 0
+        self._settle(changed, "resolved", refusal="there is nothing left to resolve.")
+        return side_effects
+
+    def _resolve_side_effects(self, resolution: dict[str, object]) -> int:
+        """Resolve the active side effects of this failure, and theirs; returns how many."""
+        resolved, causes = 0, [self.pk]
+        while causes:
+            effects = list(Failure.objects.active().filter(cause__in=causes).values_list("pk", flat=True))
+            resolved += Failure.objects.filter(pk__in=effects).update(
+                **resolution, resolution_note=f"Resolved with its cause, failure #{self.pk}."
+            )
+            causes = effects
+        return resolved
+
+    def _settle(self, changed: int, change: FailureChange, *, refusal: str) -> None:
+        """After a state change's conditional update: the row as it now is, and the change announced;
+        or, when the update matched nothing, IllegalFailureTransition saying why (``refusal``)."""
         self.refresh_from_db()
         if not changed:
-            raise IllegalFailureTransition(f"{self.describe_state()}; there is nothing left to resolve.")
-        self.announce("resolved")
-        return side_effects
+            raise IllegalFailureTransition(f"{self.describe_state()}; {refusal}")
+        self.announce(change)
 
     def describe_state(self) -> str:
         text = f"Failure #{self.pk} ({self}) is {self.get_state_display().lower()}"
