@@ -8,8 +8,10 @@ class DashboardConfig(AppConfig):
 
     def ready(self) -> None:
         from apps.core import events
-        from apps.dashboard import publish
+        from apps.core.process import process
+        from apps.dashboard.live_streams import live_streams
 
+        process.add(live_streams)
         # Browsers hear of node and failure changes once they are committed (apps/core/events.py).
-        events.subscribe(events.NodeChanged, publish.node_changed)
-        events.subscribe(events.FailureChanged, publish.failure_changed)
+        events.subscribe(events.NodeChanged, live_streams.changes.node_changed)
+        events.subscribe(events.FailureChanged, live_streams.changes.failure_changed)

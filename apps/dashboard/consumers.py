@@ -40,9 +40,6 @@ fresh values arrive (apps/dashboard/pacing.py says when).
 import asyncio
 import contextlib
 import logging
-from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -52,6 +49,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from apps.dashboard import streams, watchers
 from apps.dashboard.access import refusal_now, refusal_on_connect
 from apps.dashboard.deltas import LiveView, Tree
+from apps.dashboard.live_streams import live_streams
 from apps.dashboard.pacing import DeltaPacing
 from apps.dashboard.publish import FAILURES_GROUP
 from apps.telemetry.live import FLEET_GROUP, node_group
@@ -59,28 +57,9 @@ from controlplane.websockets import client_gone
 
 log = logging.getLogger(__name__)
 
-# Fleet snapshots are read on a thread of their own (_subscribe_fleet), one at a time: a reconnect
-# storm of wall screens queues here rather than on the thread every consumer's other calls share.
-_snapshot_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="live-snapshot")
-
 MAX_MESSAGE_BYTES = 4096
 MAX_NODE_STREAMS = 20
 CLOSE_SERVER_ERROR = 1011
-
-
-@dataclass
-class LiveStreamStats:
-    """Running totals for this process (health pages, tests)."""
-
-    accepted: int = 0
-    refused: Counter[str] = field(default_factory=Counter)  # on connect, by Refusal name
-    closed: Counter[str] = field(default_factory=Counter)  # by a later check, by Refusal name or "error"
-    rejected: Counter[str] = field(default_factory=Counter)  # client messages answered with an error, by reason
-    snapshots: int = 0
-    deltas: int = 0
-
-
-stats = LiveStreamStats()
 
 
 class BadMessage(Exception):
@@ -143,10 +122,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
         user = self.scope.get("user")
         refusal = refusal_on_connect(user)
         if refusal is not None:
-            stats.refused[refusal.name] += 1
+            live_streams.stats.refused[refusal.name] += 1
             await self._close(refusal)
             return
-        stats.accepted += 1
+        live_streams.stats.accepted += 1
         self.user_id, self.session_key = user.pk, self.scope["session"].session_key
         self._checker = asyncio.create_task(self._keep_checking())
 
@@ -172,11 +151,11 @@ class LiveConsumer(AsyncWebsocketConsumer):
             refusal = await database_sync_to_async(refusal_now)(self.session_key, self.user_id)
         except Exception:
             log.exception("Could not check a live stream's user; closing it (the browser reconnects).")
-            stats.closed["error"] += 1
+            live_streams.stats.closed["error"] += 1
             await self._close(CLOSE_SERVER_ERROR)
             return False
         if refusal is not None:
-            stats.closed[refusal.name] += 1
+            live_streams.stats.closed[refusal.name] += 1
             await self._close(refusal)
             return False
         return True
@@ -241,10 +220,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
         """Joins the group, reads the snapshot (~0.1 s at 1,000 nodes under load) and sends it once the
         access check has said yes. The reading runs on its own thread, beside the check: Channels runs
         every consumer's other database calls in the process on one shared thread, where the snapshot
-        would wait behind them and then hold up the agents' own calls."""
+        would wait behind them and then hold up the agents' own calls. One snapshot is read at a time: a
+        reconnect storm of wall screens queues there rather than on the thread the other calls share."""
         await self.channel_layer.group_add(FLEET_GROUP, self.channel_name)  # first: no update missed
-        read = database_sync_to_async(streams.fleet_snapshot, thread_sensitive=False, executor=_snapshot_thread)
-        entries = await read()
+        entries = await live_streams.snapshot_thread.run(streams.fleet_snapshot)()
         if not await allowed:
             await self.channel_layer.group_discard(FLEET_GROUP, self.channel_name)
             return
@@ -289,7 +268,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self._send_json(reply)
 
     async def _reply_error(self, reason: str, message: str) -> None:
-        stats.rejected[reason] += 1
+        live_streams.stats.rejected[reason] += 1
         async with self._send_lock:
             await self._send_json({"type": "error", "reason": reason, "message": message})
 
@@ -344,7 +323,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
                     if delta:
                         await self._send_json({"type": "delta", **delta})
                         self.pacing.sent(loop.time())
-                        stats.deltas += 1
+                        live_streams.stats.deltas += 1
         except Exception as exc:  # the socket went away mid-send; disconnect() follows
             log.debug("Live stream push stopped: %s", exc)
 
@@ -355,7 +334,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         follows it a second later at least."""
         await self._send_json({"type": "snapshot", **body})
         self.pacing.sent(asyncio.get_running_loop().time())
-        stats.snapshots += 1
+        live_streams.stats.snapshots += 1
 
     async def _send_json(self, message: Tree) -> None:
         await self.send(text_data=msgspec.json.encode(message).decode())

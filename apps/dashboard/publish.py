@@ -1,9 +1,9 @@
 """Node and failure changes to browsers: the live streams' subscriber to the domain's ``NodeChanged``
 and ``FailureChanged`` events (apps/core/events.py; subscribed in apps/dashboard/apps.py).
 
-- ``node_changed``: a node's lifecycle (``Node.transition``) or liveness (the gateway) changed. Its
+- ``ChangePublisher.node_changed``: a node's lifecycle (``Node.transition``) or liveness (the gateway) changed. Its
   ``hostname``, ``lifecycle`` and ``liveness`` go to ``node.<id>`` and ``fleet``.
-- ``failure_changed``: a failure was opened, repeated, linked to a cause, told a recovery action,
+- ``ChangePublisher.failure_changed``: a failure was opened, repeated, linked to a cause, told a recovery action,
   acknowledged or resolved (apps/failures). Its current row, as the REST API shows it, goes to
   ``node.<id>`` and to ``failures`` (the failures page's feed); the node's alarm count and worst
   severity go to ``fleet`` when they changed.
@@ -15,7 +15,7 @@ Events arrive once their transaction has committed, and rows are read back then 
 from the event: what browsers get is what is committed (a caller's copy of a node may hold a
 lifecycle another process has changed since). An XID storm that repeats one failure 50 times in one
 transaction is one event (the seam delivers an event once per transaction), and a payload equal to
-the one last sent for the same node or failure is dropped.
+the one last sent for the same node or failure is dropped (``forget`` forgets them: the server stopped).
 
 A send that fails (Redis away) raises: the seam logs it as a warning with its cause and counts it
 against this subscriber, and the change itself stays committed.
@@ -57,32 +57,36 @@ class _LastSent:
             return True
 
 
-_last_sent = _LastSent()
+class ChangePublisher:
+    def __init__(self) -> None:
+        self._last_sent = _LastSent()
 
+    def node_changed(self, event: NodeChanged) -> None:
+        node_id = event.node_id
+        state = streams.node_state(node_id)
+        if state is None or not self._last_sent.is_new(("node", node_id), state):
+            return
+        message = {"type": "node.state", "node": node_id, "state": state}
+        _send(node_id, to_node=message, to_fleet=message)
 
-def node_changed(event: NodeChanged) -> None:
-    node_id = event.node_id
-    state = streams.node_state(node_id)
-    if state is None or not _last_sent.is_new(("node", node_id), state):
-        return
-    message = {"type": "node.state", "node": node_id, "state": state}
-    _send(node_id, to_node=message, to_fleet=message)
+    def failure_changed(self, event: FailureChanged) -> None:
+        update = streams.failure_update(event.failure_id)
+        if update is None or not self._last_sent.is_new(("failure", event.failure_id), update[1]):
+            return
+        node_id, payload = update
+        alarms = streams.node_alarms(node_id)
+        fleet_message = {"type": "node.state", "node": node_id, "state": alarms}
+        failure_message = {"type": "failure.update", "node": node_id, "failure": payload, "state": alarms}
+        _send(
+            node_id,
+            to_node=failure_message,
+            to_fleet=fleet_message if self._last_sent.is_new(("alarms", node_id), alarms) else None,
+            to_failures=failure_message,
+        )
 
-
-def failure_changed(event: FailureChanged) -> None:
-    update = streams.failure_update(event.failure_id)
-    if update is None or not _last_sent.is_new(("failure", event.failure_id), update[1]):
-        return
-    node_id, payload = update
-    alarms = streams.node_alarms(node_id)
-    fleet_message = {"type": "node.state", "node": node_id, "state": alarms}
-    failure_message = {"type": "failure.update", "node": node_id, "failure": payload, "state": alarms}
-    _send(
-        node_id,
-        to_node=failure_message,
-        to_fleet=fleet_message if _last_sent.is_new(("alarms", node_id), alarms) else None,
-        to_failures=failure_message,
-    )
+    def forget(self) -> None:
+        """Forget what was sent: the next change of every node and failure is sent whole."""
+        self._last_sent = _LastSent()
 
 
 def _send(

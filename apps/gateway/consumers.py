@@ -15,7 +15,6 @@ node; 4409 a newer connection of the same node took over; 4426 unsupported proto
 """
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, Final, Literal
 
@@ -28,6 +27,7 @@ from django.utils import timezone
 
 from agents import protocol
 from apps.accounts.audit import record
+from apps.core.process import DatabaseThread
 from apps.gateway import liveness, sinks
 from apps.gateway.bookkeeping import bookkeeper
 from apps.gateway.choices import CounterCode
@@ -53,7 +53,7 @@ _STREAMS: Final[dict[str | None, Stream]] = {"telemetry": "telemetry", "events":
 # every other database call of these consumers queues on: when a thousand agents connect at once,
 # their first inventories (tens of queries each) held up the next agents' authentication and Welcome
 # past the agents' 10 s handshake timeout, and those agents came back to do it all again.
-_inventory_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-inventory")
+inventory_thread = DatabaseThread("agent-inventory")
 
 
 class _FrameSeq(msgspec.Struct):
@@ -182,9 +182,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
                     await self._refuse_impersonation(message.host.hostname, "inventory")
                     return
                 bookkeeper().heard_from(self.node.pk)
-                await database_sync_to_async(apply_inventory, thread_sensitive=False, executor=_inventory_thread)(
-                    self.node, message
-                )
+                await inventory_thread.run(apply_inventory)(self.node, message)
             case protocol.Telemetry():
                 bookkeeper().heard_from(self.node.pk)
                 stored = await sinks.store_telemetry(self.node.pk, message)

@@ -15,7 +15,7 @@ from apps.failures.events import node_recovered as resolve_liveness_failures
 from apps.failures.events import node_unreachable as raise_liveness_failure
 from apps.inventory.models import Node
 from apps.telemetry.events import record_events
-from apps.telemetry.ingest import get_ingestor
+from apps.telemetry.ingest import ingestor
 from apps.telemetry.models import TelemetryCursor
 
 logger = logging.getLogger(__name__)
@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 async def store_telemetry(node_id: int, message: protocol.Telemetry) -> int:
     """Store the samples; return the highest seq now durably stored for the node (the ack)."""
-    return await get_ingestor().submit(node_id, message)
+    return await ingestor.submit(node_id, message)
 
 
 def store_events(node_id: int, message: protocol.Events) -> int:

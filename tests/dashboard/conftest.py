@@ -24,7 +24,6 @@ from playwright.sync_api import BrowserContext, Page, sync_playwright
 from websockets.sync.client import ClientConnection, connect
 
 from apps.accounts.models import User
-from apps.dashboard import publish
 from controlplane import demo
 
 LIVE_REDIS_URL = os.environ.get("LIVE_TEST_REDIS_URL", "redis://127.0.0.1:6379/7")
@@ -46,12 +45,6 @@ def redis_channel_layer(settings) -> Iterator[Any]:
     async_to_sync(layer.flush)()
 
 
-@pytest.fixture(autouse=True)
-def _forget_published(monkeypatch) -> None:
-    """publish.py drops a payload it already sent; ids repeat from one test to the next."""
-    monkeypatch.setattr(publish, "_last_sent", publish._LastSent())
-
-
 class LiveServer:
     def __init__(self, *, static_files: bool = False) -> None:
         """``static_files``: serve /static/ from the apps' folders, as Django's own live server does
@@ -63,7 +56,8 @@ class LiveServer:
             from controlplane.asgi import application
 
             app = ASGIStaticFilesHandler(application)
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, lifespan="off", log_level="warning")
+        # With its lifespan, as in production: the process's parts are shut down as the server stops.
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, lifespan="on", log_level="warning")
         self._server = uvicorn.Server(config)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=asyncio.run, args=(self._serve(),), daemon=True, name="live-server")

@@ -17,8 +17,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from agents.protocol import NodeSample
 from apps.accounts.models import User
-from apps.dashboard import consumers
 from apps.dashboard.consumers import LiveConsumer
+from apps.dashboard.live_streams import live_streams
 from apps.failures.events import record_events
 from apps.failures.models import Failure
 from apps.inventory.models import Node
@@ -74,9 +74,9 @@ def closing_code(browser) -> int:
 
 
 def test_it_closes_a_browser_that_is_not_signed_in_with_4401(open_browser):
-    refused = consumers.stats.refused["SIGNED_OUT"]
+    refused = live_streams.stats.refused["SIGNED_OUT"]
     assert closing_code(open_browser()) == 4401
-    assert consumers.stats.refused["SIGNED_OUT"] == refused + 1
+    assert live_streams.stats.refused["SIGNED_OUT"] == refused + 1
 
 
 def test_it_refuses_a_page_from_another_origin_before_the_socket_opens(open_browser, viewer):
@@ -358,13 +358,13 @@ def test_it_stops_sending_the_failures_feed_once_unsubscribed(open_browser, view
 )
 def test_it_answers_a_bad_message_with_an_error_and_keeps_the_socket(open_browser, viewer, message, reason):
     browser = open_browser(viewer)
-    rejected = consumers.stats.rejected[reason]
+    rejected = live_streams.stats.rejected[reason]
 
     error = browser.request(message)
 
     assert (error["type"], error["reason"]) == ("error", reason)
     assert error["message"]
-    assert consumers.stats.rejected[reason] == rejected + 1
+    assert live_streams.stats.rejected[reason] == rejected + 1
     assert browser.request({"subscribe": "fleet"})["type"] == "snapshot"
 
 
@@ -404,7 +404,7 @@ def test_telemetry_stored_by_the_ingestor_reaches_a_browser_watching_the_node(as
                 await ingestor.submit(node.pk, telemetry(1, ts=T0, util=64.0))
                 return json.loads(await asyncio.wait_for(ws.recv(), 5))
             finally:
-                await ingestor.aclose()
+                await ingestor.shutdown()
 
     delta = asyncio.run(watch_while_ingesting())
 

@@ -113,7 +113,7 @@ async def test_an_acknowledgement_is_sent_to_the_node_and_the_failures_feed_and_
 
 async def test_a_failing_channel_layer_does_not_fail_the_change(monkeypatch, node, caplog):
     monkeypatch.setattr(publish, "get_channel_layer", BrokenLayer)
-    failed = domain_events.bus.failures["apps.dashboard.publish.node_changed"]
+    failed = domain_events.bus.failures["apps.dashboard.publish.ChangePublisher.node_changed"]
 
     with caplog.at_level(logging.WARNING, logger="apps.core.events"):
         await sync_to_async(node.transition)("drained", actor="alice", reason="maintenance")
@@ -121,4 +121,4 @@ async def test_a_failing_channel_layer_does_not_fail_the_change(monkeypatch, nod
     await sync_to_async(node.refresh_from_db)()
     assert node.lifecycle == "drained"
     assert "Redis is away" in caplog.text
-    assert domain_events.bus.failures["apps.dashboard.publish.node_changed"] == failed + 1
+    assert domain_events.bus.failures["apps.dashboard.publish.ChangePublisher.node_changed"] == failed + 1

@@ -44,5 +44,5 @@ async def test_a_rising_uncorrected_ecc_count_in_stored_samples_raises_a_failure
         )
         assert failures == [("ecc", 2, 1)]
     finally:
-        await ingestor.aclose()
+        await ingestor.shutdown()
         await sync_to_async(connections.close_all)()

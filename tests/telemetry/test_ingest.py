@@ -7,7 +7,7 @@ import pytest_asyncio
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, connections
 
-from apps.telemetry.ingest import LATEST_REFRESH_S, Ingestor, get_ingestor
+from apps.telemetry.ingest import LATEST_REFRESH_S, Ingestor
 from apps.telemetry.models import GpuSample, LatestGpuSample, TelemetryCursor
 from apps.telemetry.storage import StoredBatch
 from tests.telemetry.conftest import T0, telemetry
@@ -46,7 +46,7 @@ async def test_it_writes_many_nodes_submissions_as_one_batch(make_node):
     assert len(published) == 1
     assert [s.node_id for s in published[0].stored] == [n.pk for n in nodes]
     assert [await stored_rows(n.pk) for n in nodes] == [8, 8, 8]
-    await ing.aclose()
+    await ing.shutdown()
 
 
 async def test_it_answers_only_after_the_rows_and_cursor_are_committed(make_node):
@@ -55,7 +55,7 @@ async def test_it_answers_only_after_the_rows_and_cursor_are_committed(make_node
     assert await ing.submit(node.pk, telemetry(5, samples=2)) == 5
     assert await stored_rows(node.pk) == 16
     assert await cursor_of(node.pk) == 5
-    await ing.aclose()
+    await ing.shutdown()
 
 
 async def test_it_flushes_at_once_when_a_batch_reaches_its_row_limit(make_node):
@@ -65,7 +65,7 @@ async def test_it_flushes_at_once_when_a_batch_reaches_its_row_limit(make_node):
         asyncio.gather(ing.submit(node.pk, telemetry(1)), ing.submit(node.pk, telemetry(2, ts=T0 + 1))), timeout=5
     )
     assert seqs == [2, 2]
-    await ing.aclose()
+    await ing.shutdown()
 
 
 async def test_it_splits_a_backlog_into_batches_of_at_most_the_row_limit(make_node):
@@ -74,7 +74,7 @@ async def test_it_splits_a_backlog_into_batches_of_at_most_the_row_limit(make_no
     await asyncio.gather(*(ing.submit(node.pk, telemetry(seq, ts=T0 + seq)) for seq in range(1, 7)))
     assert [len(batch.stored) for batch in published] == [2, 2, 2]
     assert await stored_rows(node.pk) == 48
-    await ing.aclose()
+    await ing.shutdown()
 
 
 async def test_it_flushes_within_the_interval_without_reaching_the_row_limit(make_node):
@@ -84,7 +84,7 @@ async def test_it_flushes_within_the_interval_without_reaching_the_row_limit(mak
     started = loop.time()
     await ing.submit(node.pk, telemetry(1))
     assert 0.15 <= loop.time() - started < 2.0
-    await ing.aclose()
+    await ing.shutdown()
 
 
 async def test_it_refreshes_a_nodes_newest_rows_every_few_seconds_not_every_sample(make_node):
@@ -100,7 +100,7 @@ async def test_it_refreshes_a_nodes_newest_rows_every_few_seconds_not_every_samp
     assert await latest_ts() == {T0}
     await ing.submit(node.pk, telemetry(3, ts=T0 + LATEST_REFRESH_S))
     assert await latest_ts() == {T0 + LATEST_REFRESH_S}
-    await ing.aclose()
+    await ing.shutdown()
 
 
 async def test_it_drops_a_repeated_seq_without_writing_it_again(make_node):
@@ -110,7 +110,7 @@ async def test_it_drops_a_repeated_seq_without_writing_it_again(make_node):
     assert await ing.submit(node.pk, telemetry(1)) == 1
     assert ing.stats.batches == 1
     assert await stored_rows(node.pk) == 8
-    await ing.aclose()
+    await ing.shutdown()
 
 
 async def test_it_drops_what_another_process_stored_before_a_reconnect(make_node):
@@ -118,14 +118,14 @@ async def test_it_drops_what_another_process_stored_before_a_reconnect(make_node
     node = await sync_to_async(make_node)()
     first, _ = ingestor()
     await asyncio.gather(first.submit(node.pk, telemetry(1)), first.submit(node.pk, telemetry(2, ts=T0 + 1)))
-    await first.aclose()
+    await first.shutdown()
     second, published = ingestor()
     replay = [second.submit(node.pk, telemetry(seq, ts=T0 + seq - 1)) for seq in (1, 2, 3)]
     assert await asyncio.gather(*replay) == [3, 3, 3]
     assert [s.message.seq for s in published[0].stored] == [3]
     assert published[0].duplicates == 2
     assert await stored_rows(node.pk) == 24
-    await second.aclose()
+    await second.shutdown()
 
 
 async def test_it_stores_a_nodes_messages_in_order_and_reports_the_highest(make_node):
@@ -135,7 +135,7 @@ async def test_it_stores_a_nodes_messages_in_order_and_reports_the_highest(make_
     assert results == [3, 3, 3]
     assert [s.message.seq for s in published[0].stored] == [1, 2, 3]
     assert await cursor_of(node.pk) == 3
-    await ing.aclose()
+    await ing.shutdown()
 
 
 async def test_it_gives_every_submitter_of_a_failed_batch_the_error_and_stores_nothing(make_node):
@@ -154,7 +154,7 @@ async def test_it_gives_every_submitter_of_a_failed_batch_the_error_and_stores_n
     # The agent resends; the good message is stored once the bad one is gone.
     assert await ing.submit(good_node.pk, telemetry(1)) == 1
     assert await stored_rows(good_node.pk) == 8
-    await ing.aclose()
+    await ing.shutdown()
 
 
 async def test_it_stores_a_message_whose_submitter_went_away(make_node):
@@ -163,7 +163,7 @@ async def test_it_stores_a_message_whose_submitter_went_away(make_node):
     task = asyncio.ensure_future(ing.submit(node.pk, telemetry(1)))
     await asyncio.sleep(0.01)
     task.cancel()
-    await ing.aclose()
+    await ing.shutdown()
     assert await stored_rows(node.pk) == 8
 
 
@@ -177,7 +177,7 @@ async def test_it_keeps_what_is_pending_when_its_flusher_has_to_be_restarted(mak
     assert await ing.submit(node.pk, telemetry(2, ts=T0 + 1)) == 2
     assert await first == 2
     assert await stored_rows(node.pk) == 16
-    await ing.aclose()
+    await ing.shutdown()
 
 
 async def test_it_writes_what_is_pending_when_closed(make_node):
@@ -185,9 +185,17 @@ async def test_it_writes_what_is_pending_when_closed(make_node):
     ing, _ = ingestor(flush_interval_s=60.0)
     pending = asyncio.ensure_future(ing.submit(node.pk, telemetry(4)))
     await asyncio.sleep(0.01)
-    await ing.aclose()
+    await ing.shutdown()
     assert await pending == 4
 
 
-async def test_it_is_one_ingestor_per_process():
-    assert get_ingestor() is get_ingestor()
+async def test_used_again_after_a_shutdown_it_starts_afresh_from_what_the_database_holds(make_node):
+    node = await sync_to_async(make_node)()
+    ing, published = ingestor()
+    assert await ing.submit(node.pk, telemetry(1)) == 1
+    await ing.shutdown()
+    assert await ing.submit(node.pk, telemetry(1)) == 1  # not remembered: the cursor says it is stored
+    assert await ing.submit(node.pk, telemetry(2, ts=T0 + 1)) == 2
+    assert [[s.message.seq for s in batch.stored] for batch in published] == [[1], [], [2]]
+    assert await stored_rows(node.pk) == 16
+    await ing.shutdown()

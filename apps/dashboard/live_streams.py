@@ -1,0 +1,39 @@
+"""The live streams' share of a server process (apps/core/process.py): what they hold while it runs.
+
+- ``stats``: running totals of the ``ws/live`` consumers (connections accepted, refused and closed,
+  client messages rejected, snapshots and deltas sent, pushes that failed), for health pages and tests.
+- ``snapshot_thread``: where fleet snapshots are read, one at a time (apps/dashboard/consumers.py says why).
+- ``changes``: node and failure changes to browsers (apps/dashboard/publish.py), with what it last sent.
+
+Shut down, they close the snapshot thread's connection and forget what was sent; the totals stay.
+"""
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from apps.core.process import DatabaseThread, ProcessPart
+from apps.dashboard.publish import ChangePublisher
+
+
+@dataclass
+class LiveStreamStats:
+    accepted: int = 0
+    refused: Counter[str] = field(default_factory=Counter)  # on connect, by Refusal name
+    closed: Counter[str] = field(default_factory=Counter)  # by a later check, by Refusal name or "error"
+    rejected: Counter[str] = field(default_factory=Counter)  # client messages answered with an error, by reason
+    snapshots: int = 0
+    deltas: int = 0
+
+
+class LiveStreams(ProcessPart):
+    def __init__(self) -> None:
+        self.stats = LiveStreamStats()
+        self.snapshot_thread = DatabaseThread("live-snapshot")
+        self.changes = ChangePublisher()
+
+    async def shutdown(self) -> None:
+        await self.snapshot_thread.shutdown()
+        self.changes.forget()
+
+
+live_streams = LiveStreams()
