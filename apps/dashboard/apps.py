@@ -12,6 +12,7 @@ class DashboardConfig(AppConfig):
         from apps.dashboard.live_streams import live_streams
 
         process.add(live_streams)
-        # Browsers hear of node and failure changes once they are committed (apps/core/events.py).
+        # Browsers hear of stored telemetry, and of node and failure changes, once they are committed.
+        events.subscribe(events.TelemetryStored, live_streams.telemetry.telemetry_stored)
         events.subscribe(events.NodeChanged, live_streams.changes.node_changed)
         events.subscribe(events.FailureChanged, live_streams.changes.failure_changed)

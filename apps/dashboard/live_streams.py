@@ -3,9 +3,11 @@
 - ``stats``: running totals of the ``ws/live`` consumers (connections accepted, refused and closed,
   client messages rejected, snapshots and deltas sent, pushes that failed), for health pages and tests.
 - ``snapshot_thread``: where fleet snapshots are read, one at a time (apps/dashboard/consumers.py says why).
+- ``telemetry``: stored telemetry to browsers (apps/telemetry/live.py), on an event loop of its own.
 - ``changes``: node and failure changes to browsers (apps/dashboard/publish.py), with what it last sent.
 
-Shut down, they close the snapshot thread's connection and forget what was sent; the totals stay.
+Shut down, they send what is noted, stop the publisher's loop, close the snapshot thread's connection
+and forget what was sent; the totals stay.
 """
 
 from collections import Counter
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 
 from apps.core.process import DatabaseThread, ProcessPart
 from apps.dashboard.publish import ChangePublisher
+from apps.telemetry.live import LivePublisher
 
 
 @dataclass
@@ -29,9 +32,14 @@ class LiveStreams(ProcessPart):
     def __init__(self) -> None:
         self.stats = LiveStreamStats()
         self.snapshot_thread = DatabaseThread("live-snapshot")
+        self.telemetry = LivePublisher()
         self.changes = ChangePublisher()
 
+    def start(self) -> None:
+        self.telemetry.start()
+
     async def shutdown(self) -> None:
+        await self.telemetry.shutdown()
         await self.snapshot_thread.shutdown()
         self.changes.forget()
 

@@ -21,14 +21,12 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from django.conf import settings
 
 from agents.protocol import Telemetry
+from apps.core.events import NodeTelemetry, TelemetryStored, announce
 from apps.core.process import DatabaseThread, ProcessPart
-from apps.failures.counters import CounterWatch
-from apps.telemetry import live
 from apps.telemetry.storage import StoredBatch, Submission, write_batch
 
 log = logging.getLogger(__name__)
@@ -67,14 +65,11 @@ class Ingestor(ProcessPart):
         flush_interval_s: float | None = None,
         max_rows: int | None = None,
         writer: Callable[..., StoredBatch] = write_batch,
-        on_stored: Callable[[StoredBatch], None] = live.on_batch_stored,
     ) -> None:
         self._flush_interval_s = flush_interval_s  # None: the settings in force
         self._max_rows = max_rows
         self.stats = IngestStats()
         self._writer = writer
-        self._on_stored = on_stored
-        self._counter_watch = CounterWatch()
         self._writer_thread = DatabaseThread("telemetry-writer")
         # Highest seq known committed per node, from this process's own commits: lets a replay of
         # what is already stored be answered without a database round trip. The database cursor,
@@ -134,7 +129,6 @@ class Ingestor(ProcessPart):
         self._pending, self._pending_rows = [], 0
         self._stored_seq.clear()
         self._latest_due.clear()
-        self._counter_watch = CounterWatch()
         await self._writer_thread.shutdown()
 
     # Internals --------------------------------------------------------------------------------
@@ -208,27 +202,15 @@ class Ingestor(ProcessPart):
         for pending in batch:
             if not pending.future.done():  # a consumer that went away cancelled its future
                 pending.future.set_result(stored.cursors[pending.submission.node_id])
-        try:
-            self._on_stored(stored)
-        except Exception:
-            log.exception("Publishing a stored telemetry batch failed; the batch itself is stored.")
 
     def _write(self, batch: list[Submission]) -> StoredBatch:
+        """On the writer thread: store the batch, then announce what it stored (a replayed duplicate is
+        not announced). Its subscribers run here, committed, before the agents get their acks: the
+        failures' counter watch raises what the counters show, the live publisher notes the values."""
         stored = self._writer(batch, latest_not_before=self._latest_due)
-        self._watch_counters(stored)
+        if stored.stored:
+            announce(TelemetryStored(tuple(NodeTelemetry(s.node_id, s.message) for s in stored.stored)))
         return stored
-
-    def _watch_counters(self, stored: StoredBatch) -> None:
-        """Raise the failures counters show (ECC, row remapping, recovery action), from the samples
-        just committed; a replayed duplicate is not in ``stored.stored``, so it raises nothing twice."""
-        try:
-            for submission in stored.stored:
-                samples = sorted(submission.message.samples, key=lambda sample: sample.ts)
-                self._counter_watch.observe(
-                    submission.node_id, [(datetime.fromtimestamp(s.ts, UTC), s.gpus) for s in samples]
-                )
-        except Exception:  # the samples are stored and acknowledged whatever happens here
-            log.exception("Raising failures from telemetry counters failed; the samples themselves are stored.")
 
     def _record(self, stored: StoredBatch) -> None:
         for node_id, seq in stored.cursors.items():

@@ -1,15 +1,15 @@
 """Live telemetry for browsers: the newest values, published through the channel layer.
 
-The ingestor calls ``on_batch_stored`` after every commit (cheap: it only notes each node's newest
-sample). The notes are sent at once: one ``telemetry.node`` message to each changed node's group
-``node.<id>``, and one ``telemetry.fleet`` message to the ``fleet`` group summarising every changed
-node (built as they are sent; a node's GPU-by-GPU message only while someone watches it). One round
-of sends is under way at a time; what batches commit meanwhile is noted (newest sample per node
-wins) and goes in the next round. So a group gets at most one message per committed batch (the
-ingestor flushes every 250 ms), never one per sample (DESIGN.md: a channels_redis ``group_send``
-costs ~1 ms), and a sample is not held back here: pacing each browser to one message a second is
-the consumer's job (apps/dashboard/consumers.py), the one place that knows when that browser last
-heard from the server.
+The ingest announces every committed batch (``TelemetryStored``, apps/core/events.py) and the
+publisher, subscribed to it, notes each node's newest sample. The notes are sent at once: one
+``telemetry.node`` message to each changed node's group ``node.<id>``, and one ``telemetry.fleet``
+message to the ``fleet`` group summarising every changed node (built as they are sent; a node's
+GPU-by-GPU message only while someone watches it). One round of sends is under way at a time; what
+batches commit meanwhile is noted (newest sample per node wins) and goes in the next round. So a
+group gets at most one message per committed batch (the ingestor flushes every 250 ms), never one
+per sample (DESIGN.md: a channels_redis ``group_send`` costs ~1 ms), and a sample is not held back
+here: pacing each browser to one message a second is the consumer's job
+(apps/dashboard/consumers.py), the one place that knows when that browser last heard from the server.
 
 Browser consumers subscribed to these groups implement ``telemetry_node`` and ``telemetry_fleet``
 (apps/dashboard/consumers.py). A node's group is sent only while some browser watches that node
@@ -20,15 +20,18 @@ connections and refuses more: gathering 1,000 sends at once failed most of them)
 
 import asyncio
 import logging
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from statistics import fmean
 from typing import Any, Protocol
 
-from channels.layers import get_channel_layer
+from channels import DEFAULT_CHANNEL_LAYER
+from channels.layers import BaseChannelLayer, channel_layers
 
 from agents.protocol import NodeSample
+from apps.core.events import TelemetryStored
+from apps.core.process import ProcessPart
 from apps.dashboard import watchers
-from apps.telemetry.storage import StoredBatch
 
 log = logging.getLogger(__name__)
 
@@ -106,55 +109,107 @@ def fleet_entry(node_id: int, ts: float, gpus: Sequence[GpuReading]) -> dict[str
     }
 
 
-class LivePublisher:
-    """Sends what ``note`` collects as soon as the previous round of sends is done."""
+class LivePublisher(ProcessPart):
+    """Sends what ``telemetry_stored`` notes as soon as the previous round of sends is done, from an
+    event loop of its own, on a thread of its own (started with the first batch, or by the server's
+    lifespan). Stored telemetry is announced on the ingest's writer thread (apps/core/events.py), and
+    a loop of its own needs no one to say which loop the server runs, or whether it runs one. The loop
+    has a channel layer of its own too, and so Redis connections that no other loop touches."""
 
     def __init__(
         self,
         *,
         watched_refresh_s: float = WATCHED_REFRESH_S,
-        watched_nodes: Callable[[], Awaitable[set[int] | None]] = watchers.watched_nodes,
+        watched_nodes: Callable[[BaseChannelLayer], Awaitable[set[int] | None]] = watchers.watched_nodes,
     ) -> None:
         self.watched_refresh_s = watched_refresh_s
         self._watched_nodes = watched_nodes  # None: unknown, send every node's group
         self._watched: set[int] | None = None
         self._watched_read_at = float("-inf")
+        self._lock = threading.Lock()  # what is noted, and the loop: noted on one thread, sent on another
         self._nodes: dict[int, NodeSample] = {}  # node id -> its newest sample not yet sent
-        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._layer: BaseChannelLayer | None = None  # used on self._loop only
+        self._round: asyncio.Task[None] | None = None  # on self._loop
         self._failing = False
+        self.failed_sends = 0
 
-    def note(self, stored: StoredBatch) -> None:
-        """Remember each node's newest sample of the batch and make sure a round of sends is under way."""
-        for submission in stored.stored:
-            newest = max(submission.message.samples, key=lambda sample: sample.ts)
-            current = self._nodes.get(submission.node_id)
-            if current is None or current.ts <= newest.ts:
-                self._nodes[submission.node_id] = newest
-        loop = asyncio.get_running_loop()
-        if self._nodes and (self._task is None or self._task.done() or self._task.get_loop() is not loop):
-            self._task = loop.create_task(self._run(), name="telemetry-live-publisher")
+    def telemetry_stored(self, event: TelemetryStored) -> None:
+        """The subscriber, on the thread that committed: note each node's newest sample and make sure a
+        round of sends is under way on the publisher's loop. Cheap: the ingest's ack waits for it."""
+        with self._lock:
+            for node_id, message in event.messages:
+                newest = max(message.samples, key=lambda sample: sample.ts)
+                current = self._nodes.get(node_id)
+                if current is None or current.ts <= newest.ts:
+                    self._nodes[node_id] = newest
+            loop = self._started_loop()
+        loop.call_soon_threadsafe(self._start_round)
+
+    def start(self) -> None:
+        with self._lock:
+            self._started_loop()
+
+    async def shutdown(self) -> None:
+        """Send what is noted, then stop the loop and its thread (and with the loop, its Redis connections)."""
+        with self._lock:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = self._layer = None
+        if loop is None or thread is None:
+            return
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._round_done(), loop))
+        loop.call_soon_threadsafe(loop.stop)
+        await asyncio.to_thread(thread.join)
+        self._watched, self._watched_read_at = None, float("-inf")
 
     async def publish(self, now: float) -> None:
         """Send everything noted so far: each watched node's group, and the fleet."""
-        watched = await self._watched_now(now)
-        nodes, self._nodes = self._nodes, {}
+        with self._lock:
+            nodes, self._nodes = self._nodes, {}
         if not nodes:
             return
+        watched = await self._watched_now(now)
         messages = [(node_group(n), node_update(n, s)) for n, s in nodes.items() if watched is None or n in watched]
         fleet = {"type": "telemetry.fleet", "nodes": [fleet_entry(n, s.ts, s.gpus) for n, s in nodes.items()]}
         messages.append((FLEET_GROUP, fleet))
         await self._send(messages)
 
+    def _started_loop(self) -> asyncio.AbstractEventLoop:
+        """The publisher's loop, started if it is not (called holding the lock)."""
+        if self._loop is None:
+            self._layer = channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)  # with the settings then in force
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=_run_until_stopped, args=(self._loop,), name="live-publisher")
+            self._thread.daemon = True  # a process without a lifespan exits without stopping it
+            self._thread.start()
+        return self._loop
+
+    def _start_round(self) -> None:
+        if self._round is None or self._round.done():
+            self._round = asyncio.get_running_loop().create_task(self._run(), name="live-publisher-round")
+
+    async def _round_done(self) -> None:
+        if self._round is not None:
+            await self._round
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._nodes:
+            try:
+                await self.publish(loop.time())
+            except Exception as exc:  # what was taken is lost; the next batch brings newer values
+                log.warning("Live telemetry: a round of sends failed: %s", exc, exc_info=True)
+
     async def _watched_now(self, now: float) -> set[int] | None:
         """The watched nodes, read at most once per ``watched_refresh_s``."""
         if now - self._watched_read_at >= self.watched_refresh_s:
-            self._watched, self._watched_read_at = await self._watched_nodes(), now
+            self._watched, self._watched_read_at = await self._watched_nodes(self._layer), now
         return self._watched
 
     async def _send(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
-        layer = get_channel_layer()
-        if layer is None:
-            return
+        layer = self._layer
+        assert layer is not None  # set with the loop this runs on
         in_flight = asyncio.Semaphore(MAX_CONCURRENT_SENDS)
 
         async def send(group: str, message: dict[str, Any]) -> None:
@@ -163,19 +218,14 @@ class LivePublisher:
 
         results = await asyncio.gather(*(send(g, m) for g, m in messages), return_exceptions=True)
         failures = [r for r in results if isinstance(r, BaseException)]
-        if failures and not self._failing:  # once per outage, not once per round
+        self.failed_sends += len(failures)
+        if failures and not self._failing:  # logged once per outage, not once per round; counted always
             log.warning("Live telemetry: %d of %d group sends failed: %s", len(failures), len(messages), failures[0])
         self._failing = bool(failures)
 
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while self._nodes:
-            await self.publish(loop.time())
 
-
-publisher = LivePublisher()
-
-
-def on_batch_stored(stored: StoredBatch) -> None:
-    """Called by the ingestor, on its event loop, after each committed batch."""
-    publisher.note(stored)
+def _run_until_stopped(loop: asyncio.AbstractEventLoop) -> None:
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()  # on its own thread, where channels_redis can close the loop's connections as it closes

@@ -25,6 +25,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from apps.accounts.models import User
 from controlplane import demo
+from tests.conftest import shut_down_the_process
 
 LIVE_REDIS_URL = os.environ.get("LIVE_TEST_REDIS_URL", "redis://127.0.0.1:6379/7")
 
@@ -33,7 +34,8 @@ needs_redis = pytest.mark.skipif(not demo.redis_answers(LIVE_REDIS_URL), reason=
 
 @pytest.fixture
 def redis_channel_layer(settings) -> Iterator[Any]:
-    """The channels_redis layer on its own Redis database and a prefix unique to the test; emptied after."""
+    """The channels_redis layer on its own Redis database and a prefix unique to the test; emptied after,
+    once the process's parts that send through it (the live publisher, on a loop of its own) are stopped."""
     settings.CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
@@ -42,6 +44,7 @@ def redis_channel_layer(settings) -> Iterator[Any]:
     }
     layer = get_channel_layer()
     yield layer
+    shut_down_the_process()
     async_to_sync(layer.flush)()
 
 

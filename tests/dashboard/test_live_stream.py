@@ -399,7 +399,7 @@ def test_telemetry_stored_by_the_ingestor_reaches_a_browser_watching_the_node(as
         ) as ws:
             await ws.send(json.dumps({"subscribe": "node", "node": node.pk}))
             assert json.loads(await ws.recv())["type"] == "snapshot"
-            ingestor = Ingestor(flush_interval_s=0.05, on_stored=live.LivePublisher().note)
+            ingestor = Ingestor(flush_interval_s=0.05)  # announces to the live publisher, as in the server
             try:
                 await ingestor.submit(node.pk, telemetry(1, ts=T0, util=64.0))
                 return json.loads(await asyncio.wait_for(ws.recv(), 5))
