@@ -1,6 +1,6 @@
 """What live telemetry costs the ingesting process at the 1,000-node scale, by who is watching.
 
-Each second the live publisher (apps/telemetry/live.py) sends one ``telemetry.fleet`` message and one
+Each second the live publisher (apps/dashboard/live.py) sends one ``telemetry.fleet`` message and one
 ``telemetry.node`` message per changed node. With channels_redis a send to a group nobody is in still
 costs two Redis round trips, so this measures, against a real Redis:
 
@@ -47,7 +47,7 @@ async def empty_group_send_cpu_ms(layer: object, rounds: int = 5) -> float:
 
 async def publisher_cpu_ms_per_s(batch: object, watched: set[int] | None, seconds: int) -> float:
     """CPU of the whole process (the publisher sends from a thread of its own) per second."""
-    from apps.telemetry.live import LivePublisher
+    from apps.dashboard.live import LivePublisher
 
     async def watched_nodes(layer: object) -> set[int] | None:
         return watched

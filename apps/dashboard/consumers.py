@@ -31,7 +31,7 @@ Server → client:
   act on (malformed JSON, unknown key, wrong type, oversize, unknown node, too many nodes); the
   connection goes on.
 
-Updates arrive from the channel layer: ``telemetry.node`` / ``telemetry.fleet`` (apps/telemetry/live.py,
+Updates arrive from the channel layer: ``telemetry.node`` / ``telemetry.fleet`` (apps/dashboard/live.py,
 as each ingested batch commits) and ``node.state`` / ``failure.update`` (apps/dashboard/publish.py).
 They are merged into what the client is owed and sent together, at most once a second, soon after
 fresh values arrive (apps/dashboard/pacing.py says when).
@@ -50,9 +50,8 @@ from apps.dashboard import streams, watchers
 from apps.dashboard.access import refusal_now, refusal_on_connect
 from apps.dashboard.deltas import LiveView, Tree
 from apps.dashboard.live_streams import live_streams
+from apps.dashboard.messages import FAILURES_GROUP, FLEET_GROUP, node_group
 from apps.dashboard.pacing import DeltaPacing
-from apps.dashboard.publish import FAILURES_GROUP
-from apps.telemetry.live import FLEET_GROUP, node_group
 from controlplane.websockets import client_gone
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 - ``stats``: running totals of the ``ws/live`` consumers (connections accepted, refused and closed,
   client messages rejected, snapshots and deltas sent, pushes that failed), for health pages and tests.
 - ``snapshot_thread``: where fleet snapshots are read, one at a time (apps/dashboard/consumers.py says why).
-- ``telemetry``: stored telemetry to browsers (apps/telemetry/live.py), on an event loop of its own.
+- ``telemetry``: stored telemetry to browsers (apps/dashboard/live.py), on an event loop of its own.
 - ``changes``: node and failure changes to browsers (apps/dashboard/publish.py), with what it last sent.
 
 Shut down, they send what is noted, stop the publisher's loop, close the snapshot thread's connection
@@ -14,8 +14,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from apps.core.process import DatabaseThread, ProcessPart
+from apps.dashboard.live import LivePublisher
 from apps.dashboard.publish import ChangePublisher
-from apps.telemetry.live import LivePublisher
 
 
 @dataclass

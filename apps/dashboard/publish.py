@@ -30,10 +30,9 @@ from channels.layers import get_channel_layer
 
 from apps.core.events import FailureChanged, NodeChanged
 from apps.dashboard import streams
-from apps.telemetry.live import FLEET_GROUP, node_group
+from apps.dashboard.messages import FAILURES_GROUP, FLEET_GROUP, node_group
 
 _REMEMBERED = 10_000  # payloads remembered to drop repeats (a few MB at most)
-FAILURES_GROUP = "failures"
 
 
 class _LastSent:

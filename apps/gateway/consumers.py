@@ -33,7 +33,7 @@ from apps.gateway.bookkeeping import bookkeeper
 from apps.gateway.choices import CounterCode
 from apps.gateway.discovery import apply_inventory
 from apps.gateway.models import NodeAgent, NodeCredential
-from apps.gateway.push import node_group
+from apps.gateway.push import agent_group
 from apps.inventory.models import Node
 from controlplane.websockets import client_gone
 
@@ -130,13 +130,13 @@ class AgentConsumer(AsyncWebsocketConsumer):
             return
         self.credential, self.node = credential, credential.node
         bookkeeper().connected(credential.pk)
-        await self.channel_layer.group_add(node_group(self.node.pk), self.channel_name)
+        await self.channel_layer.group_add(agent_group(self.node.pk), self.channel_name)
 
     async def disconnect(self, code: int) -> None:
         if self.credential is None:
             return
         bookkeeper().disconnected(self.credential.pk)
-        await self.channel_layer.group_discard(node_group(self.node.pk), self.channel_name)
+        await self.channel_layer.group_discard(agent_group(self.node.pk), self.channel_name)
         if self.said_hello:
             await database_sync_to_async(_record_disconnect)(self.node.pk, self.connected_at)
 
@@ -213,7 +213,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         # One socket per node: a reconnecting agent's half-dead earlier socket (or a second agent
         # with a copied credential) is closed, so two streams never interleave one node's seqs.
         await self.channel_layer.group_send(
-            node_group(self.node.pk),
+            agent_group(self.node.pk),
             {"type": "agent.superseded", "by": self.channel_name, "hello_at": self.connected_at.timestamp()},
         )
         await self._send(

@@ -13,9 +13,9 @@ from channels_redis.core import RedisChannelLayer
 from agents.protocol import Telemetry
 from apps.core.events import NodeTelemetry, TelemetryStored
 from apps.dashboard import watchers
+from apps.dashboard.live import LivePublisher
 from apps.inventory.models import Node
 from apps.telemetry.ingest import Ingestor
-from apps.telemetry.live import LivePublisher
 from tests import factories
 from tests.dashboard.conftest import listen, receive, waiting
 from tests.telemetry.conftest import T0, telemetry

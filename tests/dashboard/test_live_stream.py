@@ -1,5 +1,5 @@
 """``ws/live`` end to end: a real uvicorn server, the real Redis channel layer, browsers signed in
-with a session cookie. Telemetry is published as apps/telemetry/live.py publishes it (or by the
+with a session cookie. Telemetry is published as apps/dashboard/live.py publishes it (or by the
 ingestor itself); node and failure changes by the domain code that makes them."""
 
 import asyncio
@@ -17,12 +17,12 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from agents.protocol import NodeSample
 from apps.accounts.models import User
+from apps.dashboard import messages
 from apps.dashboard.consumers import LiveConsumer
 from apps.dashboard.live_streams import live_streams
 from apps.failures.events import record_events
 from apps.failures.models import Failure
 from apps.inventory.models import Node
-from apps.telemetry import live
 from apps.telemetry.ingest import Ingestor
 from apps.telemetry.models import LatestGpuSample
 from tests import factories
@@ -49,11 +49,11 @@ def sample_at(ts: float, *, utils: dict[int, float] | None = None) -> NodeSample
 
 def node_update(node_id: int, ts: float, *, utils: dict[int, float] | None = None) -> dict:
     """The ``telemetry.node`` message of a sample at ``ts``."""
-    return live.node_update(node_id, sample_at(ts, utils=utils))
+    return messages.node_update(node_id, sample_at(ts, utils=utils))
 
 
 def fleet_update(*samples: tuple[int, NodeSample]) -> dict:
-    return {"type": "telemetry.fleet", "nodes": [live.fleet_entry(node_id, s.ts, s.gpus) for node_id, s in samples]}
+    return {"type": "telemetry.fleet", "nodes": [messages.fleet_entry(node_id, s.ts, s.gpus) for node_id, s in samples]}
 
 
 def store_latest(node: Node, ts: float, *, util: float = 50.0) -> None:
@@ -181,14 +181,14 @@ def test_it_sends_a_node_only_the_values_that_changed(open_browser, viewer, node
     browser = open_browser(viewer)
     assert browser.request({"subscribe": "node", "node": node.pk})["state"]["gpus"] == {}
 
-    group_send(live.node_group(node.pk), node_update(node.pk, T0))
+    group_send(messages.node_group(node.pk), node_update(node.pk, T0))
     first = browser.receive()
     assert first == {
         "type": "delta",
         "nodes": {str(node.pk): {"ts": T0, "gpus": {str(i): ALL_GPU_FIELDS for i in range(8)}}},
     }
 
-    group_send(live.node_group(node.pk), node_update(node.pk, T0 + 1, utils={3: 75.0}))
+    group_send(messages.node_group(node.pk), node_update(node.pk, T0 + 1, utils={3: 75.0}))
     second = browser.receive()
     assert second == {"type": "delta", "nodes": {str(node.pk): {"ts": T0 + 1, "gpus": {"3": {"util_gpu": 75.0}}}}}
 
@@ -198,7 +198,7 @@ def test_it_sends_the_fleet_only_the_nodes_and_fields_that_changed(open_browser,
     browser = open_browser(viewer)
     browser.request({"subscribe": "fleet"})
 
-    group_send(live.FLEET_GROUP, fleet_update((node.pk, sample_at(T0)), (other.pk, sample_at(T0))))
+    group_send(messages.FLEET_GROUP, fleet_update((node.pk, sample_at(T0)), (other.pk, sample_at(T0))))
     first = browser.receive()["fleet"]
     assert first[str(other.pk)] == {
         "ts": T0,
@@ -209,7 +209,7 @@ def test_it_sends_the_fleet_only_the_nodes_and_fields_that_changed(open_browser,
         "heat": [[50, 400, 60, 39]] * 8,
     }
 
-    group_send(live.FLEET_GROUP, fleet_update((node.pk, sample_at(T0 + 1, utils={0: 90.0}))))  # other: unchanged
+    group_send(messages.FLEET_GROUP, fleet_update((node.pk, sample_at(T0 + 1, utils={0: 90.0}))))  # other: unchanged
     assert browser.receive() == {
         "type": "delta",
         "fleet": {
@@ -233,7 +233,7 @@ def test_it_sends_a_burst_of_updates_at_most_once_a_second_with_the_newest_value
     listener = threading.Thread(target=listen)
     listener.start()
     for i in range(10):  # 10 updates over 1.5 s
-        group_send(live.node_group(node.pk), node_update(node.pk, T0 + i, utils={0: 10.0 * (i + 1)}))
+        group_send(messages.node_group(node.pk), node_update(node.pk, T0 + i, utils={0: 10.0 * (i + 1)}))
         time.sleep(0.15)
     listener.join(timeout=10)
 
@@ -249,7 +249,7 @@ def test_a_snapshot_counts_as_the_seconds_message(open_browser, viewer, node):
     browser.request({"subscribe": "node", "node": node.pk})
     time.sleep(1.1)
 
-    group_send(live.node_group(node.pk), node_update(node.pk, T0))  # would go out in 50 ms ...
+    group_send(messages.node_group(node.pk), node_update(node.pk, T0))  # would go out in 50 ms ...
     browser.request({"subscribe": "node", "node": other.pk})  # ... but this snapshot goes first
     answered = time.monotonic()
     delta = browser.receive()
@@ -264,7 +264,7 @@ def test_it_stops_sending_a_stream_once_unsubscribed(open_browser, viewer, node)
     reply = browser.request({"unsubscribe": "node", "node": node.pk})
     assert reply == {"type": "unsubscribed", "stream": "node", "node": node.pk}
 
-    group_send(live.node_group(node.pk), node_update(node.pk, T0))
+    group_send(messages.node_group(node.pk), node_update(node.pk, T0))
     with pytest.raises(TimeoutError):
         browser.receive(timeout=1.5)
 

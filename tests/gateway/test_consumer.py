@@ -10,7 +10,7 @@ from agents import protocol
 from apps.accounts.models import AuditLogEntry
 from apps.gateway.consumers import CLOSE_FORBIDDEN, CLOSE_SUPERSEDED, CLOSE_UNAUTHORIZED
 from apps.gateway.models import GatewayCounter, NodeAgent
-from apps.gateway.push import node_group
+from apps.gateway.push import agent_group
 from apps.inventory.choices import Liveness
 from apps.inventory.models import Node
 from tests.gateway.conftest import NOW, enrolled_node, eventually, in_db
@@ -157,10 +157,10 @@ async def test_an_abandoned_earlier_connection_does_not_close_the_one_that_repla
     hello_at = await in_db(lambda: NodeAgent.objects.get(node=node).connected_at.timestamp())()
 
     announce = get_channel_layer().group_send
-    await announce(node_group(node.pk), {"type": "agent.superseded", "by": "specific.old!1", "hello_at": hello_at - 5})
+    await announce(agent_group(node.pk), {"type": "agent.superseded", "by": "specific.old!1", "hello_at": hello_at - 5})
     assert (await agent.roundtrip()).seq == 1
 
-    await announce(node_group(node.pk), {"type": "agent.superseded", "by": "specific.new!1", "hello_at": hello_at + 5})
+    await announce(agent_group(node.pk), {"type": "agent.superseded", "by": "specific.new!1", "hello_at": hello_at + 5})
     assert await agent.close_code() == CLOSE_SUPERSEDED
 
 

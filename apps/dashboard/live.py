@@ -1,15 +1,16 @@
-"""Live telemetry for browsers: the newest values, published through the channel layer.
+"""Live telemetry for browsers: each node's newest values, sent to the live streams' groups.
 
 The ingest announces every committed batch (``TelemetryStored``, apps/core/events.py) and the
-publisher, subscribed to it, notes each node's newest sample. The notes are sent at once: one
-``telemetry.node`` message to each changed node's group ``node.<id>``, and one ``telemetry.fleet``
-message to the ``fleet`` group summarising every changed node (built as they are sent; a node's
-GPU-by-GPU message only while someone watches it). One round of sends is under way at a time; what
-batches commit meanwhile is noted (newest sample per node wins) and goes in the next round. So a
-group gets at most one message per committed batch (the ingestor flushes every 250 ms), never one
-per sample (DESIGN.md: a channels_redis ``group_send`` costs ~1 ms), and a sample is not held back
-here: pacing each browser to one message a second is the consumer's job
-(apps/dashboard/consumers.py), the one place that knows when that browser last heard from the server.
+publisher, subscribed to it (apps/dashboard/apps.py), notes each node's newest sample. The notes are
+sent at once: one ``telemetry.node`` message to each changed node's group ``node.<id>``, and one
+``telemetry.fleet`` message to the ``fleet`` group summarising every changed node (built as they are
+sent, apps/dashboard/messages.py; a node's GPU-by-GPU message only while someone watches it). One
+round of sends is under way at a time; what batches commit meanwhile is noted (newest sample per
+node wins) and goes in the next round. So a group gets at most one message per committed batch (the
+ingestor flushes every 250 ms), never one per sample (DESIGN.md: a channels_redis ``group_send``
+costs ~1 ms), and a sample is not held back here: pacing each browser to one message a second is the
+consumer's job (apps/dashboard/consumers.py), the one place that knows when that browser last heard
+from the server.
 
 Browser consumers subscribed to these groups implement ``telemetry_node`` and ``telemetry_fleet``
 (apps/dashboard/consumers.py). A node's group is sent only while some browser watches that node
@@ -21,9 +22,8 @@ connections and refuses more: gathering 1,000 sends at once failed most of them)
 import asyncio
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Sequence
-from statistics import fmean
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from channels import DEFAULT_CHANNEL_LAYER
 from channels.layers import BaseChannelLayer, channel_layers
@@ -32,81 +32,12 @@ from agents.protocol import NodeSample
 from apps.core.events import TelemetryStored
 from apps.core.process import ProcessPart
 from apps.dashboard import watchers
+from apps.dashboard.messages import FLEET_GROUP, fleet_entry, node_group, node_update
 
 log = logging.getLogger(__name__)
 
 WATCHED_REFRESH_S = 1.0  # the watch registry is read at most this often
-LIVE_GPU_FIELDS = ("util_gpu", "util_mem", "mem_used_mib", "temp_c", "power_w", "sm_clock_mhz")
-FLEET_GROUP = "fleet"
 MAX_CONCURRENT_SENDS = 32
-
-
-def node_group(node_id: int) -> str:
-    return f"node.{node_id}"
-
-
-def node_update(node_id: int, sample: NodeSample) -> dict[str, Any]:
-    """The ``telemetry.node`` message: one node's newest sample, GPU by GPU."""
-    gpus = [{"index": gpu.index, **{name: getattr(gpu, name) for name in LIVE_GPU_FIELDS}} for gpu in sample.gpus]
-    return {"type": "telemetry.node", "node": node_id, "ts": sample.ts, "gpus": gpus}
-
-
-HEAT_FIELDS = ("util", "power", "temp", "mem")  # a heatmap cell's values, in this order
-
-
-class GpuReading(Protocol):
-    """What a fleet entry reads of a GPU: a sample as the agent sent it, or a stored row's values."""
-
-    @property
-    def index(self) -> int: ...
-    @property
-    def util_gpu(self) -> float | None: ...
-    @property
-    def power_w(self) -> float | None: ...
-    @property
-    def temp_c(self) -> float | None: ...
-    @property
-    def mem_used_mib(self) -> int | None: ...
-
-
-def heat_cell(gpu: GpuReading) -> list[int | None]:
-    """One GPU's heatmap cell, ``HEAT_FIELDS`` in order: utilization %, power W, temperature °C and
-    memory used GiB, in whole numbers, since a colour cannot show a tenth of a percent and every value
-    that does not move is one the delta leaves out. (Written out: it runs for every GPU of every
-    sample published and of every fleet snapshot, 8,000 times at 1,000 nodes.)"""
-    util, power, temp, mem = gpu.util_gpu, gpu.power_w, gpu.temp_c, gpu.mem_used_mib
-    return [
-        None if util is None else round(util),
-        None if power is None else round(power),
-        None if temp is None else round(temp),
-        None if mem is None else round(mem / 1024),
-    ]
-
-
-def heat_cells(gpus: Sequence[GpuReading]) -> list[list[int | None] | None]:
-    """A node's cells by GPU index (null for an index that did not report): one short list, which a
-    delta replaces whole. At 1,000 nodes that is ~130 bytes a node instead of ~360 as objects."""
-    cells: list[list[int | None] | None] = [None] * (max((g.index for g in gpus), default=-1) + 1)
-    for gpu in gpus:
-        cells[gpu.index] = heat_cell(gpu)
-    return cells
-
-
-def fleet_entry(node_id: int, ts: float, gpus: Sequence[GpuReading]) -> dict[str, Any]:
-    """One node's line in the ``telemetry.fleet`` message (its sample at ``ts``): its summary and its
-    GPUs' heatmap cells. The fleet snapshot (apps/dashboard/streams.py) builds its entries with it too."""
-    utils = [g.util_gpu for g in gpus if g.util_gpu is not None]
-    powers = [g.power_w for g in gpus if g.power_w is not None]
-    temps = [g.temp_c for g in gpus if g.temp_c is not None]
-    return {
-        "node": node_id,
-        "ts": ts,
-        "gpus": len(gpus),
-        "util_gpu_mean": fmean(utils) if utils else None,
-        "power_w_total": sum(powers) if powers else None,
-        "temp_c_max": max(temps) if temps else None,
-        "heat": heat_cells(gpus),
-    }
 
 
 class LivePublisher(ProcessPart):
