@@ -38,7 +38,6 @@ fresh values arrive (apps/dashboard/pacing.py says when).
 """
 
 import asyncio
-import contextlib
 import logging
 from typing import Annotated, Any, Literal
 
@@ -46,6 +45,7 @@ import msgspec
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
+from apps.core.clock import Clock, LoopClock
 from apps.dashboard import streams, watchers
 from apps.dashboard.access import refusal_now, refusal_on_connect
 from apps.dashboard.deltas import LiveView, Tree
@@ -101,6 +101,7 @@ def parse(text: str) -> tuple[Literal["subscribe", "unsubscribe"], Stream, int |
 
 class LiveConsumer(AsyncWebsocketConsumer):
     recheck_s = watchers.WATCH_REFRESH_S  # access checked again, groups and watches renewed
+    clock: Clock = LoopClock()  # what the pacing of deltas reads and waits on
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -300,28 +301,26 @@ class LiveConsumer(AsyncWebsocketConsumer):
     def _owe_update(self, noted: bool) -> None:
         if not noted or self._closing:
             return
-        self.pacing.offered(asyncio.get_running_loop().time())
+        self.pacing.offered(self.clock.now())
         self._offered.set()
         if self._pusher is None or self._pusher.done():
             self._pusher = asyncio.create_task(self._push())
 
     async def _push(self) -> None:
         """Send what the client is owed when its pacing says so."""
-        loop = asyncio.get_running_loop()
         try:
             while (due := self.pacing.due()) is not None and not self._closing:
                 self._offered.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._offered.wait(), due - loop.time())
+                await self.clock.wait(due, self._offered)
                 async with self._send_lock:
                     due = self.pacing.due()  # a snapshot may have gone out meanwhile, fresh values arrived
-                    if due is None or loop.time() < due:
+                    if due is None or self.clock.now() < due:
                         continue
                     delta = self.view.take_delta()
                     self.pacing.settled()
                     if delta:
                         await self._send_json({"type": "delta", **delta})
-                        self.pacing.sent(loop.time())
+                        self.pacing.sent(self.clock.now())
                         live_streams.stats.deltas += 1
         except Exception as exc:  # the socket went away mid-send; disconnect() follows
             log.debug("Live stream push stopped: %s", exc)
@@ -332,7 +331,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         """Called holding the send lock. A snapshot counts as the second's message: the next delta
         follows it a second later at least."""
         await self._send_json({"type": "snapshot", **body})
-        self.pacing.sent(asyncio.get_running_loop().time())
+        self.pacing.sent(self.clock.now())
         live_streams.stats.snapshots += 1
 
     async def _send_json(self, message: Tree) -> None:

@@ -16,7 +16,6 @@ the server stops (what is pending is written first).
 """
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from agents.protocol import Telemetry
+from apps.core.clock import Clock, LoopClock
 from apps.core.events import NodeTelemetry, TelemetryStored, announce
 from apps.core.process import DatabaseThread, ProcessPart
 from apps.telemetry.storage import StoredBatch, Submission, write_batch
@@ -65,11 +65,13 @@ class Ingestor(ProcessPart):
         flush_interval_s: float | None = None,
         max_rows: int | None = None,
         writer: Callable[..., StoredBatch] = write_batch,
+        clock: Clock | None = None,
     ) -> None:
         self._flush_interval_s = flush_interval_s  # None: the settings in force
         self._max_rows = max_rows
         self.stats = IngestStats()
         self._writer = writer
+        self._clock = clock or LoopClock()  # when a batch is due
         self._writer_thread = DatabaseThread("telemetry-writer")
         # Highest seq known committed per node, from this process's own commits: lets a replay of
         # what is already stored be answered without a database round trip. The database cursor,
@@ -108,7 +110,7 @@ class Ingestor(ProcessPart):
         rows = sum(len(sample.gpus) + len(sample.ports) for sample in message.samples)
         pending = _Pending(Submission(node_id, message), rows, loop.create_future())
         if not self._pending:
-            self._deadline = loop.time() + self.flush_interval_s
+            self._deadline = self._clock.now() + self.flush_interval_s
             self._wake.set()
         self._pending.append(pending)
         self._pending_rows += rows
@@ -168,11 +170,9 @@ class Ingestor(ProcessPart):
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            delay = self._deadline - self._loop.time()
-            if delay > 0 and self._pending_rows < self.max_rows and not self._closing:
+            if self._clock.now() < self._deadline and self._pending_rows < self.max_rows and not self._closing:
                 self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), delay)
+                await self._clock.wait(self._deadline, self._wake)
                 continue
             await self._flush(self._take_batch())
 

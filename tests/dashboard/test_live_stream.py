@@ -3,11 +3,8 @@ with a session cookie. Telemetry is published as apps/dashboard/live.py publishe
 ingestor itself); node and failure changes by the domain code that makes them."""
 
 import asyncio
-import contextlib
 import itertools
 import json
-import threading
-import time
 from datetime import UTC, datetime
 
 import pytest
@@ -26,6 +23,7 @@ from apps.inventory.models import Node
 from apps.telemetry.ingest import Ingestor
 from apps.telemetry.models import LatestGpuSample
 from tests import factories
+from tests.clock import ManualClock
 from tests.dashboard.conftest import group_send, needs_redis, session_cookie
 from tests.failures.conftest import events, xid
 from tests.telemetry.conftest import T0, gpu_sample, telemetry
@@ -218,44 +216,51 @@ def test_it_sends_the_fleet_only_the_nodes_and_fields_that_changed(open_browser,
     }
 
 
-def test_it_sends_a_burst_of_updates_at_most_once_a_second_with_the_newest_values(open_browser, viewer, node):
+@pytest.fixture
+def clock(monkeypatch) -> ManualClock:
+    """The consumers' clock, moved by the test: when deltas go is the pacing's to say (test_pacing.py),
+    and these tests check that the consumer goes by it."""
+    manual = ManualClock(100.0)
+    monkeypatch.setattr(LiveConsumer, "clock", manual)
+    return manual
+
+
+def test_a_burst_of_updates_goes_at_most_once_a_second_with_the_newest_values(open_browser, viewer, node, clock):
     browser = open_browser(viewer)
-    browser.request({"subscribe": "node", "node": node.pk})
-    arrivals = [("snapshot", time.monotonic())]
-    deltas = []
+    browser.request({"subscribe": "node", "node": node.pk})  # the snapshot is the second's message
+    last_message_at, seq = clock.now(), itertools.count()
 
-    def listen() -> None:
-        with contextlib.suppress(TimeoutError):
-            while True:
-                deltas.append(browser.receive(timeout=2.5))  # a delta can wait up to 1.4 s (pacing.py)
-                arrivals.append(("delta", time.monotonic()))
-
-    listener = threading.Thread(target=listen)
-    listener.start()
-    for i in range(10):  # 10 updates over 1.5 s
-        group_send(messages.node_group(node.pk), node_update(node.pk, T0 + i, utils={0: 10.0 * (i + 1)}))
-        time.sleep(0.15)
-    listener.join(timeout=10)
-
-    assert 1 <= len(deltas) <= 2
-    assert all(later - earlier > 0.9 for (_, earlier), (_, later) in itertools.pairwise(arrivals)), arrivals
-    newest = deltas[-1]["nodes"][str(node.pk)]
-    assert (newest["ts"], newest["gpus"]["0"]["util_gpu"]) == (T0 + 9, 100.0)
+    for _ in range(2):  # two bursts of five updates a tenth of a second apart
+        for _ in range(5):
+            clock.advance_to(clock.now() + 0.1)
+            i, waits = next(seq), clock.waits
+            group_send(messages.node_group(node.pk), node_update(node.pk, T0 + i, utils={0: 10.0 * (i + 1)}))
+            due = clock.waited_for(after=waits)  # the update is taken in; the delta waits for this
+        assert due >= last_message_at + 1.0
+        clock.advance_to(due)
+        newest = browser.receive()["nodes"][str(node.pk)]
+        assert (newest["ts"], newest["gpus"]["0"]["util_gpu"]) == (T0 + i, 10.0 * (i + 1))
+        last_message_at = due
 
 
-def test_a_snapshot_counts_as_the_seconds_message(open_browser, viewer, node):
+def test_a_snapshot_counts_as_the_seconds_message(open_browser, viewer, node, clock):
     other = factories.node(node.cluster, node.node_type, "gpu-b")
     browser = open_browser(viewer)
     browser.request({"subscribe": "node", "node": node.pk})
-    time.sleep(1.1)
+    clock.advance_to(101.1)  # over a second after that snapshot
 
-    group_send(messages.node_group(node.pk), node_update(node.pk, T0))  # would go out in 50 ms ...
+    waits = clock.waits
+    group_send(messages.node_group(node.pk), node_update(node.pk, T0))
+    due = clock.waited_for(after=waits)
+    assert due < 101.2  # on its own, the delta would go within the coalescing window ...
+    waits = clock.waits
     browser.request({"subscribe": "node", "node": other.pk})  # ... but this snapshot goes first
-    answered = time.monotonic()
-    delta = browser.receive()
+    clock.advance_to(due)
+    due = clock.waited_for(after=waits)
 
-    assert time.monotonic() - answered > 0.9
-    assert list(delta["nodes"]) == [str(node.pk)]
+    assert due >= 101.1 + 1.0
+    clock.advance_to(due)
+    assert list(browser.receive()["nodes"]) == [str(node.pk)]
 
 
 def test_it_stops_sending_a_stream_once_unsubscribed(open_browser, viewer, node):

@@ -13,6 +13,7 @@ from apps.core import events
 from apps.core.events import TelemetryStored
 from apps.telemetry.ingest import LATEST_REFRESH_S, Ingestor
 from apps.telemetry.models import GpuSample, LatestGpuSample, TelemetryCursor
+from tests.clock import ManualClock
 from tests.telemetry.conftest import T0, telemetry
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
@@ -91,13 +92,21 @@ async def test_it_splits_a_backlog_into_batches_of_at_most_the_row_limit(make_no
     await ing.shutdown()
 
 
-async def test_it_flushes_within_the_interval_without_reaching_the_row_limit(make_node):
+async def test_it_flushes_once_the_interval_is_up_without_reaching_the_row_limit(make_node):
     node = await sync_to_async(make_node)()
-    ing = ingestor(flush_interval_s=0.2, max_rows=10_000)
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    await ing.submit(node.pk, telemetry(1))
-    assert 0.15 <= loop.time() - started < 2.0
+    clock = ManualClock()
+    ing = ingestor(flush_interval_s=0.2, max_rows=10_000, clock=clock)
+    waits = clock.waits
+    ack = asyncio.ensure_future(ing.submit(node.pk, telemetry(1)))
+
+    due = await asyncio.to_thread(clock.waited_for, after=waits)
+    assert due == pytest.approx(clock.now() + 0.2)
+    assert not ack.done()
+    assert await stored_rows(node.pk) == 0
+    clock.advance_to(due)
+
+    assert await asyncio.wait_for(ack, 10) == 1
+    assert await stored_rows(node.pk) == 8
     await ing.shutdown()
 
 
