@@ -322,8 +322,12 @@ class LiveConsumer(AsyncWebsocketConsumer):
                         await self._send_json({"type": "delta", **delta})
                         self.pacing.sent(self.clock.now())
                         live_streams.stats.deltas += 1
-        except Exception as exc:  # the socket went away mid-send; disconnect() follows
-            log.debug("Live stream push stopped: %s", exc)
+        except Exception as exc:
+            if client_gone(exc):  # the socket went away mid-send; disconnect() follows
+                log.debug("Live stream push stopped, the client left: %s", exc)
+                return
+            live_streams.stats.failed_pushes += 1  # the client gets nothing more until its next update
+            log.warning("Live stream push failed: %s", exc, exc_info=True)
 
     # Sending -------------------------------------------------------------------------------------
 

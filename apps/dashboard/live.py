@@ -23,6 +23,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from channels import DEFAULT_CHANNEL_LAYER
@@ -40,12 +41,33 @@ WATCHED_REFRESH_S = 1.0  # the watch registry is read at most this often
 MAX_CONCURRENT_SENDS = 32
 
 
+@dataclass
+class _Sender:
+    """An event loop on a thread of its own, with a channel layer of its own: Redis connections no
+    other loop touches."""
+
+    loop: asyncio.AbstractEventLoop
+    thread: threading.Thread
+    layer: BaseChannelLayer
+    round: asyncio.Task[None] | None = None  # the round of sends under way, on ``loop``
+
+    @classmethod
+    def start(cls) -> "_Sender":
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=_run_until_stopped, args=(loop,), name="live-publisher", daemon=True)
+        thread.start()  # daemon: a process without a lifespan exits without stopping it
+        return cls(loop, thread, channel_layers.make_backend(DEFAULT_CHANNEL_LAYER))  # the settings then in force
+
+    async def round_done(self) -> None:
+        if self.round is not None:
+            await self.round
+
+
 class LivePublisher(ProcessPart):
     """Sends what ``telemetry_stored`` notes as soon as the previous round of sends is done, from an
-    event loop of its own, on a thread of its own (started with the first batch, or by the server's
-    lifespan). Stored telemetry is announced on the ingest's writer thread (apps/core/events.py), and
-    a loop of its own needs no one to say which loop the server runs, or whether it runs one. The loop
-    has a channel layer of its own too, and so Redis connections that no other loop touches."""
+    event loop of its own (started with the first batch, or by the server's lifespan). Stored telemetry
+    is announced on the ingest's writer thread (apps/core/events.py), and a loop of its own needs no
+    one to say which loop the server runs, or whether it runs one."""
 
     def __init__(
         self,
@@ -57,12 +79,9 @@ class LivePublisher(ProcessPart):
         self._watched_nodes = watched_nodes  # None: unknown, send every node's group
         self._watched: set[int] | None = None
         self._watched_read_at = float("-inf")
-        self._lock = threading.Lock()  # what is noted, and the loop: noted on one thread, sent on another
+        self._lock = threading.Lock()  # what is noted, and the sender: noted on one thread, sent on another
         self._nodes: dict[int, NodeSample] = {}  # node id -> its newest sample not yet sent
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._layer: BaseChannelLayer | None = None  # used on self._loop only
-        self._round: asyncio.Task[None] | None = None  # on self._loop
+        self._sender: _Sender | None = None
         self._failing = False
         self.failed_sends = 0
 
@@ -75,72 +94,61 @@ class LivePublisher(ProcessPart):
                 current = self._nodes.get(node_id)
                 if current is None or current.ts <= newest.ts:
                     self._nodes[node_id] = newest
-            loop = self._started_loop()
-        loop.call_soon_threadsafe(self._start_round)
+            sender = self._started()
+        sender.loop.call_soon_threadsafe(self._start_round, sender)
 
     def start(self) -> None:
         with self._lock:
-            self._started_loop()
+            self._started()
 
     async def shutdown(self) -> None:
         """Send what is noted, then stop the loop and its thread (and with the loop, its Redis connections)."""
         with self._lock:
-            loop, thread = self._loop, self._thread
-            self._loop = self._thread = self._layer = None
-        if loop is None or thread is None:
+            sender, self._sender = self._sender, None
+        if sender is None:
             return
-        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._round_done(), loop))
-        loop.call_soon_threadsafe(loop.stop)
-        await asyncio.to_thread(thread.join)
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(sender.round_done(), sender.loop))
+        sender.loop.call_soon_threadsafe(sender.loop.stop)
+        await asyncio.to_thread(sender.thread.join)
         self._watched, self._watched_read_at = None, float("-inf")
 
-    async def publish(self, now: float) -> None:
+    def _started(self) -> _Sender:
+        """The sender, started if it is not (called holding the lock)."""
+        if self._sender is None:
+            self._sender = _Sender.start()
+        return self._sender
+
+    def _start_round(self, sender: _Sender) -> None:
+        if sender.round is None or sender.round.done():
+            sender.round = sender.loop.create_task(self._run(sender.layer), name="live-publisher-round")
+
+    async def _run(self, layer: BaseChannelLayer) -> None:
+        loop = asyncio.get_running_loop()
+        while self._nodes:
+            try:
+                await self._publish(layer, loop.time())
+            except Exception as exc:  # what was taken is lost; the next batch brings newer values
+                log.warning("Live telemetry: a round of sends failed: %s", exc, exc_info=True)
+
+    async def _publish(self, layer: BaseChannelLayer, now: float) -> None:
         """Send everything noted so far: each watched node's group, and the fleet."""
         with self._lock:
             nodes, self._nodes = self._nodes, {}
         if not nodes:
             return
-        watched = await self._watched_now(now)
+        watched = await self._watched_now(layer, now)
         messages = [(node_group(n), node_update(n, s)) for n, s in nodes.items() if watched is None or n in watched]
         fleet = {"type": "telemetry.fleet", "nodes": [fleet_entry(n, s.ts, s.gpus) for n, s in nodes.items()]}
         messages.append((FLEET_GROUP, fleet))
-        await self._send(messages)
+        await self._send(layer, messages)
 
-    def _started_loop(self) -> asyncio.AbstractEventLoop:
-        """The publisher's loop, started if it is not (called holding the lock)."""
-        if self._loop is None:
-            self._layer = channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)  # with the settings then in force
-            self._loop = asyncio.new_event_loop()
-            self._thread = threading.Thread(target=_run_until_stopped, args=(self._loop,), name="live-publisher")
-            self._thread.daemon = True  # a process without a lifespan exits without stopping it
-            self._thread.start()
-        return self._loop
-
-    def _start_round(self) -> None:
-        if self._round is None or self._round.done():
-            self._round = asyncio.get_running_loop().create_task(self._run(), name="live-publisher-round")
-
-    async def _round_done(self) -> None:
-        if self._round is not None:
-            await self._round
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while self._nodes:
-            try:
-                await self.publish(loop.time())
-            except Exception as exc:  # what was taken is lost; the next batch brings newer values
-                log.warning("Live telemetry: a round of sends failed: %s", exc, exc_info=True)
-
-    async def _watched_now(self, now: float) -> set[int] | None:
+    async def _watched_now(self, layer: BaseChannelLayer, now: float) -> set[int] | None:
         """The watched nodes, read at most once per ``watched_refresh_s``."""
         if now - self._watched_read_at >= self.watched_refresh_s:
-            self._watched, self._watched_read_at = await self._watched_nodes(self._layer), now
+            self._watched, self._watched_read_at = await self._watched_nodes(layer), now
         return self._watched
 
-    async def _send(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
-        layer = self._layer
-        assert layer is not None  # set with the loop this runs on
+    async def _send(self, layer: BaseChannelLayer, messages: list[tuple[str, dict[str, Any]]]) -> None:
         in_flight = asyncio.Semaphore(MAX_CONCURRENT_SENDS)
 
         async def send(group: str, message: dict[str, Any]) -> None:

@@ -2,6 +2,8 @@
 
 - ``stats``: running totals of the ``ws/live`` consumers (connections accepted, refused and closed,
   client messages rejected, snapshots and deltas sent, pushes that failed), for health pages and tests.
+  The live publisher and the change publisher count their failures too (``telemetry.failed_sends``;
+  the seam counts a subscriber that raised: apps/core/events.py ``bus.failures``).
 - ``snapshot_thread``: where fleet snapshots are read, one at a time (apps/dashboard/consumers.py says why).
 - ``telemetry``: stored telemetry to browsers (apps/dashboard/live.py), on an event loop of its own.
 - ``changes``: node and failure changes to browsers (apps/dashboard/publish.py), with what it last sent.
@@ -26,6 +28,7 @@ class LiveStreamStats:
     rejected: Counter[str] = field(default_factory=Counter)  # client messages answered with an error, by reason
     snapshots: int = 0
     deltas: int = 0
+    failed_pushes: int = 0  # deltas that could not be sent, for another cause than a client that left
 
 
 class LiveStreams(ProcessPart):

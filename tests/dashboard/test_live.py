@@ -3,6 +3,7 @@ the newest values at once; what commits during a round of sends goes in the next
 only; and the ingest's announcement is what sets it off."""
 
 import asyncio
+import logging
 import threading
 from collections.abc import AsyncIterator
 
@@ -138,3 +139,17 @@ async def test_it_sends_hundreds_of_groups_at_once_without_exhausting_the_redis_
 
     received = await asyncio.gather(*(receive(channel) for channel in channels.values()))
     assert [message["node"] for message in received] == list(nodes)
+
+
+async def test_sends_that_fail_are_counted_and_a_warning_says_why(redis_channel_layer, publisher, monkeypatch, caplog):
+    async def refused_group_send(layer: RedisChannelLayer, group: str, message: dict) -> None:  # the fault
+        raise ConnectionError("Redis is away")
+
+    await watchers.watch(BROWSER, [3])
+    monkeypatch.setattr(RedisChannelLayer, "group_send", refused_group_send)
+    with caplog.at_level(logging.WARNING, logger="apps.dashboard.live"):
+        publisher.telemetry_stored(stored((3, telemetry(1))))
+        await publisher.shutdown()  # sends what is noted first
+
+    assert publisher.failed_sends == 2  # the node's group and the fleet's
+    assert "2 of 2 group sends failed: Redis is away" in caplog.text

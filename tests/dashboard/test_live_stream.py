@@ -5,6 +5,7 @@ ingestor itself); node and failure changes by the domain code that makes them.""
 import asyncio
 import itertools
 import json
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -16,6 +17,7 @@ from agents.protocol import NodeSample
 from apps.accounts.models import User
 from apps.dashboard import messages
 from apps.dashboard.consumers import LiveConsumer
+from apps.dashboard.deltas import LiveView
 from apps.dashboard.live_streams import live_streams
 from apps.failures.events import record_events
 from apps.failures.models import Failure
@@ -60,6 +62,16 @@ def store_latest(node: Node, ts: float, *, util: float = 50.0) -> None:
         LatestGpuSample(node=node, gpu_index=i, ts=at, received_at=at, **{**ALL_GPU_FIELDS, "util_gpu": util})
         for i in range(8)
     )
+
+
+def eventually(check, *, timeout: float = 5.0) -> bool:
+    """Whether ``check()`` comes true within ``timeout`` (for what the server does on its own thread)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def closing_code(browser) -> int:
@@ -261,6 +273,26 @@ def test_a_snapshot_counts_as_the_seconds_message(open_browser, viewer, node, cl
     assert due >= 101.1 + 1.0
     clock.advance_to(due)
     assert list(browser.receive()["nodes"]) == [str(node.pk)]
+
+
+def test_a_delta_that_cannot_be_sent_is_a_warning_counted_and_the_socket_stays(
+    open_browser, viewer, node, clock, monkeypatch, caplog
+):
+    def broken_take_delta(view: LiveView) -> dict:  # the fault: a bug in building the delta
+        raise RuntimeError("the delta could not be built")
+
+    browser = open_browser(viewer)
+    browser.request({"subscribe": "node", "node": node.pk})
+    failed = live_streams.stats.failed_pushes
+    monkeypatch.setattr(LiveView, "take_delta", broken_take_delta)
+
+    waits = clock.waits
+    group_send(messages.node_group(node.pk), node_update(node.pk, T0))
+    clock.advance_to(clock.waited_for(after=waits))
+
+    assert eventually(lambda: live_streams.stats.failed_pushes == failed + 1)
+    assert "Live stream push failed: the delta could not be built" in caplog.text
+    assert browser.request({"subscribe": "fleet"})["type"] == "snapshot"
 
 
 def test_it_stops_sending_a_stream_once_unsubscribed(open_browser, viewer, node):
