@@ -319,8 +319,9 @@ class LiveConsumer(AsyncWebsocketConsumer):
                     delta = self.view.take_delta()
                     self.pacing.settled()
                     if delta:
+                        sent_at = self.clock.now()  # when it went, not when the send returned
                         await self._send_json({"type": "delta", **delta})
-                        self.pacing.sent(self.clock.now())
+                        self.pacing.sent(sent_at)
                         live_streams.stats.deltas += 1
         except Exception as exc:
             if client_gone(exc):  # the socket went away mid-send; disconnect() follows
@@ -334,8 +335,9 @@ class LiveConsumer(AsyncWebsocketConsumer):
     async def _send_snapshot(self, body: Tree) -> None:
         """Called holding the send lock. A snapshot counts as the second's message: the next delta
         follows it a second later at least."""
+        sent_at = self.clock.now()
         await self._send_json({"type": "snapshot", **body})
-        self.pacing.sent(self.clock.now())
+        self.pacing.sent(sent_at)
         live_streams.stats.snapshots += 1
 
     async def _send_json(self, message: Tree) -> None:
