@@ -1,6 +1,6 @@
 """What live telemetry costs the ingesting process at the 1,000-node scale, by who is watching.
 
-Each second the live publisher (apps/telemetry/live.py) sends one ``telemetry.fleet`` message and one
+Each second the live publisher (apps/dashboard/live.py) sends one ``telemetry.fleet`` message and one
 ``telemetry.node`` message per changed node. With channels_redis a send to a group nobody is in still
 costs two Redis round trips, so this measures, against a real Redis:
 
@@ -46,31 +46,32 @@ async def empty_group_send_cpu_ms(layer: object, rounds: int = 5) -> float:
 
 
 async def publisher_cpu_ms_per_s(batch: object, watched: set[int] | None, seconds: int) -> float:
-    from apps.telemetry.live import LivePublisher
+    """CPU of the whole process (the publisher sends from a thread of its own) per second."""
+    from apps.dashboard.live import LivePublisher
 
-    async def watched_nodes() -> set[int] | None:
+    async def watched_nodes(layer: object) -> set[int] | None:
         return watched
 
     publisher = LivePublisher(watched_nodes=watched_nodes)
     started = time.process_time()
     for _ in range(seconds):
-        publisher.note(batch)
+        publisher.telemetry_stored(batch)
         await asyncio.sleep(1.0)
-    return round((time.process_time() - started) * 1000 / seconds, 1)
+    used = time.process_time() - started
+    await publisher.shutdown()
+    return round(used * 1000 / seconds, 1)
 
 
 async def main(seconds: int) -> dict[str, object]:
     from channels.layers import get_channel_layer
 
     from agents.protocol import GpuSample, NodeSample, Telemetry
+    from apps.core.events import NodeTelemetry, TelemetryStored
     from apps.dashboard import watchers
-    from apps.telemetry.storage import StoredBatch, Submission
 
     layer = get_channel_layer()
     sample = NodeSample(ts=time.time(), gpus=[GpuSample(index=i, util_gpu=90.0, power_w=650.0) for i in range(8)])
-    batch = StoredBatch(
-        received_at=None, stored=[Submission(n, Telemetry(seq=1, samples=[sample])) for n in range(NODES)]
-    )
+    batch = TelemetryStored(tuple(NodeTelemetry(n, Telemetry(seq=1, samples=[sample])) for n in range(NODES)))
     try:
         result: dict[str, object] = {"nodes": NODES, "empty_group_send_cpu_ms": await empty_group_send_cpu_ms(layer)}
         await watchers.watch("specific.bench!1", list(range(10)))

@@ -82,7 +82,7 @@ def publish_fleet(ids: list[int], stop: threading.Event) -> None:
     from channels.layers import get_channel_layer
 
     from agents.protocol import GpuSample
-    from apps.telemetry import live
+    from apps.dashboard import messages
 
     send = async_to_sync(get_channel_layer().group_send)
     while not stop.wait(1.0):
@@ -93,8 +93,8 @@ def publish_fleet(ids: list[int], stop: threading.Event) -> None:
                 GpuSample(index=i, util_gpu=random.uniform(0, 100), power_w=random.uniform(300, 700), temp_c=60.0)
                 for i in range(GPUS_PER_NODE)
             ]
-            entries.append(live.fleet_entry(node, ts, gpus))
-        send(live.FLEET_GROUP, {"type": "telemetry.fleet", "nodes": entries})
+            entries.append(messages.fleet_entry(node, ts, gpus))
+        send(messages.FLEET_GROUP, {"type": "telemetry.fleet", "nodes": entries})
 
 
 def measure_in_chromium(origin: str, session: str, *, loads: int, seconds: float) -> dict:

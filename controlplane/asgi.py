@@ -1,4 +1,5 @@
-"""ASGI entry point: Django for HTTP, Channels for WebSockets.
+"""ASGI entry point: Django for HTTP, Channels for WebSockets, and the lifespan that starts and shuts
+down what the process holds (controlplane/lifespan.py).
 
 Browser WebSocket routes are wrapped in the origin check and the session authentication; each
 consumer refuses unauthenticated or unauthorised clients on connect and checks again on every
@@ -21,6 +22,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.urls import get_resolver, re_path  # noqa: E402
 
 from agents.gc_tuning import freeze_startup_objects  # noqa: E402
+from controlplane.lifespan import lifespan  # noqa: E402
 from controlplane.routing import agent_websocket_urlpatterns, websocket_urlpatterns  # noqa: E402
 
 # The URLconf (the REST API, its schema, the admin) is imported at the first HTTP request otherwise:
@@ -33,6 +35,7 @@ application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
         "websocket": URLRouter([*agent_websocket_urlpatterns, re_path(r"", browser_websockets)]),
+        "lifespan": lifespan,
     }
 )
 

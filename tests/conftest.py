@@ -1,4 +1,6 @@
+import asyncio
 import itertools
+import threading
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -9,9 +11,7 @@ from rest_framework.test import APIClient
 
 from apps.accounts.models import ApiToken, User
 from apps.accounts.roles import Role
-from apps.dashboard.consumers import _snapshot_thread
-from apps.gateway.bookkeeping import _bookkeeping_thread
-from apps.gateway.consumers import _inventory_thread
+from apps.core.process import process
 
 ROLES = ("anonymous", Role.VIEWER, Role.OPERATOR, Role.ADMIN)
 
@@ -23,16 +23,40 @@ pytest_plugins = ["tests.session_redis"]  # the session's Redis, and the redis_c
 SOURCE_STATIC_FILES = {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}
 
 
-@pytest.fixture(autouse=True, scope="session")
-def _close_connections_of_long_lived_threads(django_db_setup: None) -> Iterator[None]:
-    """Threads that live as long as the process keep their database connections open, as they should
-    in a server: the one Channels runs consumers' database calls on, the live streams' snapshot
-    thread, and the gateway's inventory and bookkeeping threads. Closed here, before the test
-    databases are dropped (this is torn down first: it depends on their setup), so that the drop
-    does not find them still in use."""
+def shut_down_the_process() -> None:
+    """``process.shutdown()`` on a thread of its own, whatever loop runs (or not) on the caller's."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(process.shutdown())
+        except BaseException as error:  # re-raised on the caller's thread
+            failed.append(error)
+
+    thread = threading.Thread(target=run, name="shut-down-the-process")
+    thread.start()
+    thread.join(timeout=30)
+    if failed:
+        raise failed[0]
+
+
+@pytest.fixture(autouse=True)
+def _a_fresh_process_for_every_test() -> Iterator[None]:
+    """What the process holds while it runs (apps/core/process.py: worker threads and their database
+    connections, the ingestor's and the live streams' memory of what they stored and sent) is shut
+    down after every test, as a server's lifespan shuts it down, so that no test inherits another's:
+    node ids repeat from one test to the next. The next test that uses a part starts it afresh."""
     yield
-    for thread in (SyncToAsync.single_thread_executor, _snapshot_thread, _inventory_thread, _bookkeeping_thread):
-        thread.submit(connections.close_all).result(timeout=30)
+    shut_down_the_process()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _close_connections_of_the_consumers_thread(django_db_setup: None) -> Iterator[None]:
+    """The thread Channels runs consumers' database calls on lives as long as the process and keeps its
+    connection open, as it should in a server. Closed here, before the test databases are dropped
+    (this is torn down first: it depends on their setup), so that the drop does not find it in use."""
+    yield
+    SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=30)
 
 
 @pytest.fixture(autouse=True)

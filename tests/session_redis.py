@@ -118,4 +118,7 @@ def redis_channel_layer(settings: Settings) -> Iterator[BaseChannelLayer]:
     settings.CHANNEL_LAYERS = {"default": layer}
     channel_layer = get_channel_layer()
     yield channel_layer
+    from tests.conftest import shut_down_the_process  # (the conftest loads this plugin)
+
+    shut_down_the_process()  # the parts that send through the layer (the live publisher, on a loop of its own) first
     async_to_sync(channel_layer.flush)()

@@ -21,7 +21,6 @@ from apps.gateway.liveness import mark_unreachable, silence_limit
 from apps.gateway.models import NodeCredential
 from apps.inventory.choices import Liveness
 from apps.inventory.models import Node
-from apps.telemetry import ingest
 from apps.telemetry.models import GpuSample
 from tests import factories
 from tests.dashboard.conftest import (  # noqa: F401  (fixtures)
@@ -76,20 +75,11 @@ class SimulatedNodes:
 
 
 @pytest.fixture
-def control_plane(asgi_server: LiveServer, monkeypatch) -> Iterator[LiveServer]:  # noqa: F811
-    monkeypatch.setattr(ingest, "_ingestor", None)  # this server's own, with no memory of other tests
-    yield asgi_server
-    assert asgi_server._loop is not None
-    # Write what is pending and close the writer thread's connection before the server goes.
-    asyncio.run_coroutine_threadsafe(ingest.get_ingestor().aclose(), asgi_server._loop).result(timeout=10)
-
-
-@pytest.fixture
-def nodes(control_plane: LiveServer) -> Iterator[tuple[dict[str, Node], SimulatedNodes]]:
+def nodes(asgi_server: LiveServer) -> Iterator[tuple[dict[str, Node], SimulatedNodes]]:  # noqa: F811
     cluster, node_type = factories.cluster(), factories.node_type()
     by_hostname = {hostname: factories.node(cluster, node_type, hostname) for hostname in HOSTNAMES}
     credentials = {hostname: NodeCredential.issue(node)[1] for hostname, node in by_hostname.items()}
-    simulated = SimulatedNodes(websocket_url(control_plane.origin), credentials)
+    simulated = SimulatedNodes(websocket_url(asgi_server.origin), credentials)
     yield by_hostname, simulated
     simulated.close()
 

@@ -31,56 +31,34 @@ Server → client:
   act on (malformed JSON, unknown key, wrong type, oversize, unknown node, too many nodes); the
   connection goes on.
 
-Updates arrive from the channel layer: ``telemetry.node`` / ``telemetry.fleet`` (apps/telemetry/live.py,
+Updates arrive from the channel layer: ``telemetry.node`` / ``telemetry.fleet`` (apps/dashboard/live.py,
 as each ingested batch commits) and ``node.state`` / ``failure.update`` (apps/dashboard/publish.py).
 They are merged into what the client is owed and sent together, at most once a second, soon after
 fresh values arrive (apps/dashboard/pacing.py says when).
 """
 
 import asyncio
-import contextlib
 import logging
-from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import msgspec
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
+from apps.core.clock import Clock, LoopClock
 from apps.dashboard import streams, watchers
 from apps.dashboard.access import refusal_now, refusal_on_connect
 from apps.dashboard.deltas import LiveView, Tree
+from apps.dashboard.live_streams import live_streams
+from apps.dashboard.messages import FAILURES_GROUP, FLEET_GROUP, node_group
 from apps.dashboard.pacing import DeltaPacing
-from apps.dashboard.publish import FAILURES_GROUP
-from apps.telemetry.live import FLEET_GROUP, node_group
 from controlplane.websockets import client_gone
 
 log = logging.getLogger(__name__)
 
-# Fleet snapshots are read on a thread of their own (_subscribe_fleet), one at a time: a reconnect
-# storm of wall screens queues here rather than on the thread every consumer's other calls share.
-_snapshot_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="live-snapshot")
-
 MAX_MESSAGE_BYTES = 4096
 MAX_NODE_STREAMS = 20
 CLOSE_SERVER_ERROR = 1011
-
-
-@dataclass
-class LiveStreamStats:
-    """Running totals for this process (health pages, tests)."""
-
-    accepted: int = 0
-    refused: Counter[str] = field(default_factory=Counter)  # on connect, by Refusal name
-    closed: Counter[str] = field(default_factory=Counter)  # by a later check, by Refusal name or "error"
-    rejected: Counter[str] = field(default_factory=Counter)  # client messages answered with an error, by reason
-    snapshots: int = 0
-    deltas: int = 0
-
-
-stats = LiveStreamStats()
 
 
 class BadMessage(Exception):
@@ -123,6 +101,7 @@ def parse(text: str) -> tuple[Literal["subscribe", "unsubscribe"], Stream, int |
 
 class LiveConsumer(AsyncWebsocketConsumer):
     recheck_s = watchers.WATCH_REFRESH_S  # access checked again, groups and watches renewed
+    clock: Clock = LoopClock()  # what the pacing of deltas reads and waits on
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -143,10 +122,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
         user = self.scope.get("user")
         refusal = refusal_on_connect(user)
         if refusal is not None:
-            stats.refused[refusal.name] += 1
+            live_streams.stats.refused[refusal.name] += 1
             await self._close(refusal)
             return
-        stats.accepted += 1
+        live_streams.stats.accepted += 1
         self.user_id, self.session_key = user.pk, self.scope["session"].session_key
         self._checker = asyncio.create_task(self._keep_checking())
 
@@ -172,11 +151,11 @@ class LiveConsumer(AsyncWebsocketConsumer):
             refusal = await database_sync_to_async(refusal_now)(self.session_key, self.user_id)
         except Exception:
             log.exception("Could not check a live stream's user; closing it (the browser reconnects).")
-            stats.closed["error"] += 1
+            live_streams.stats.closed["error"] += 1
             await self._close(CLOSE_SERVER_ERROR)
             return False
         if refusal is not None:
-            stats.closed[refusal.name] += 1
+            live_streams.stats.closed[refusal.name] += 1
             await self._close(refusal)
             return False
         return True
@@ -241,10 +220,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
         """Joins the group, reads the snapshot (~0.1 s at 1,000 nodes under load) and sends it once the
         access check has said yes. The reading runs on its own thread, beside the check: Channels runs
         every consumer's other database calls in the process on one shared thread, where the snapshot
-        would wait behind them and then hold up the agents' own calls."""
+        would wait behind them and then hold up the agents' own calls. One snapshot is read at a time: a
+        reconnect storm of wall screens queues there rather than on the thread the other calls share."""
         await self.channel_layer.group_add(FLEET_GROUP, self.channel_name)  # first: no update missed
-        read = database_sync_to_async(streams.fleet_snapshot, thread_sensitive=False, executor=_snapshot_thread)
-        entries = await read()
+        entries = await live_streams.snapshot_thread.run(streams.fleet_snapshot)()
         if not await allowed:
             await self.channel_layer.group_discard(FLEET_GROUP, self.channel_name)
             return
@@ -289,7 +268,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self._send_json(reply)
 
     async def _reply_error(self, reason: str, message: str) -> None:
-        stats.rejected[reason] += 1
+        live_streams.stats.rejected[reason] += 1
         async with self._send_lock:
             await self._send_json({"type": "error", "reason": reason, "message": message})
 
@@ -322,40 +301,44 @@ class LiveConsumer(AsyncWebsocketConsumer):
     def _owe_update(self, noted: bool) -> None:
         if not noted or self._closing:
             return
-        self.pacing.offered(asyncio.get_running_loop().time())
+        self.pacing.offered(self.clock.now())
         self._offered.set()
         if self._pusher is None or self._pusher.done():
             self._pusher = asyncio.create_task(self._push())
 
     async def _push(self) -> None:
         """Send what the client is owed when its pacing says so."""
-        loop = asyncio.get_running_loop()
         try:
             while (due := self.pacing.due()) is not None and not self._closing:
                 self._offered.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._offered.wait(), due - loop.time())
+                await self.clock.wait(due, self._offered)
                 async with self._send_lock:
                     due = self.pacing.due()  # a snapshot may have gone out meanwhile, fresh values arrived
-                    if due is None or loop.time() < due:
+                    if due is None or self.clock.now() < due:
                         continue
                     delta = self.view.take_delta()
                     self.pacing.settled()
                     if delta:
+                        sent_at = self.clock.now()  # when it went, not when the send returned
                         await self._send_json({"type": "delta", **delta})
-                        self.pacing.sent(loop.time())
-                        stats.deltas += 1
-        except Exception as exc:  # the socket went away mid-send; disconnect() follows
-            log.debug("Live stream push stopped: %s", exc)
+                        self.pacing.sent(sent_at)
+                        live_streams.stats.deltas += 1
+        except Exception as exc:
+            if client_gone(exc):  # the socket went away mid-send; disconnect() follows
+                log.debug("Live stream push stopped, the client left: %s", exc)
+                return
+            live_streams.stats.failed_pushes += 1  # the client gets nothing more until its next update
+            log.warning("Live stream push failed: %s", exc, exc_info=True)
 
     # Sending -------------------------------------------------------------------------------------
 
     async def _send_snapshot(self, body: Tree) -> None:
         """Called holding the send lock. A snapshot counts as the second's message: the next delta
         follows it a second later at least."""
+        sent_at = self.clock.now()
         await self._send_json({"type": "snapshot", **body})
-        self.pacing.sent(asyncio.get_running_loop().time())
-        stats.snapshots += 1
+        self.pacing.sent(sent_at)
+        live_streams.stats.snapshots += 1
 
     async def _send_json(self, message: Tree) -> None:
         await self.send(text_data=msgspec.json.encode(message).decode())

@@ -13,7 +13,7 @@ for fresher ones instead (a node reports again within the second) and goes ``coa
 they arrive; nothing is held longer than ``interval_s + fresh_s`` in all. The client then skips
 one second, and its seconds are back in step with its updates.
 
-Times are the caller's clock (the event loop's), passed in, so the rules are tested without waiting.
+Times are the caller's clock (the consumer's, apps/core/clock.py), passed in, so the rules are tested without waiting.
 """
 
 import math

@@ -1,45 +1,38 @@
-"""The one way code outside the live streams tells browsers that a node or a failure changed.
+"""Node and failure changes to browsers: the live streams' subscriber to the domain's ``NodeChanged``
+and ``FailureChanged`` events (apps/core/events.py; subscribed in apps/dashboard/apps.py).
 
-Call these from synchronous code, where the change is made (inside or outside a transaction):
-the message is sent once the transaction commits, so a browser never sees a change that was rolled
-back, and a failure to publish (Redis away) is logged and never fails the change itself.
-
-- ``publish_node_state(node)``: its lifecycle or liveness changed (``Node.transition``; the gateway's
-  liveness tracking calls it too). Sent to ``node.<id>`` and ``fleet``.
-- ``publish_failure(failure)``: a failure was opened, repeated, linked to a cause, acknowledged or
-  resolved (apps/failures). Its current row, as the REST API shows it, goes to ``node.<id>`` and to
-  ``failures`` (the failures page's feed); the node's alarm count and worst severity go to
-  ``fleet`` when they changed.
+- ``ChangePublisher.node_changed``: a node's lifecycle (``Node.transition``) or liveness (the gateway) changed. Its
+  ``hostname``, ``lifecycle`` and ``liveness`` go to ``node.<id>`` and ``fleet``.
+- ``ChangePublisher.failure_changed``: a failure was opened, repeated, linked to a cause, told a recovery action,
+  acknowledged or resolved (apps/failures). Its current row, as the REST API shows it, goes to
+  ``node.<id>`` and to ``failures`` (the failures page's feed); the node's alarm count and worst
+  severity go to ``fleet`` when they changed.
 
 Messages (channel layer ``type`` → consumer handler): ``node.state`` {node, state: {field: value}},
 ``failure.update`` {node, failure: {...}, state: {alarms, severity}}.
 
-Rows are read back after the commit rather than sent as the caller holds them: what browsers get is
-what is committed (a caller's copy of a node may hold a lifecycle another process has changed since),
-and an XID storm that repeats one failure 50 times in one transaction costs one message with the
-final count (the other 49 read the same row and are dropped as already sent).
+Events arrive once their transaction has committed, and rows are read back then rather than taken
+from the event: what browsers get is what is committed (a caller's copy of a node may hold a
+lifecycle another process has changed since). An XID storm that repeats one failure 50 times in one
+transaction is one event (the seam delivers an event once per transaction), and a payload equal to
+the one last sent for the same node or failure is dropped (``forget`` forgets them: the server stopped).
+
+A send that fails (Redis away) raises: the seam logs it as a warning with its cause and counts it
+against this subscriber, and the change itself stays committed.
 """
 
-import logging
 import threading
 from collections import OrderedDict
-from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.db import transaction
 
-# Inventory's models import this module, so app modules (which import those models) are imported
-# where they are used, once the commit has happened.
-if TYPE_CHECKING:
-    from apps.failures.models import Failure
-    from apps.inventory.models import Node
-
-log = logging.getLogger(__name__)
+from apps.core.events import FailureChanged, NodeChanged
+from apps.dashboard import streams
+from apps.dashboard.messages import FAILURES_GROUP, FLEET_GROUP, node_group
 
 _REMEMBERED = 10_000  # payloads remembered to drop repeats (a few MB at most)
-FAILURES_GROUP = "failures"
 
 
 class _LastSent:
@@ -63,43 +56,36 @@ class _LastSent:
             return True
 
 
-_last_sent = _LastSent()
+class ChangePublisher:
+    def __init__(self) -> None:
+        self._last_sent = _LastSent()
 
+    def node_changed(self, event: NodeChanged) -> None:
+        node_id = event.node_id
+        state = streams.node_state(node_id)
+        if state is None or not self._last_sent.is_new(("node", node_id), state):
+            return
+        message = {"type": "node.state", "node": node_id, "state": state}
+        _send(node_id, to_node=message, to_fleet=message)
 
-def publish_node_state(node: "Node") -> None:
-    transaction.on_commit(partial(_publish_node_state, node.pk), robust=True)
+    def failure_changed(self, event: FailureChanged) -> None:
+        update = streams.failure_update(event.failure_id)
+        if update is None or not self._last_sent.is_new(("failure", event.failure_id), update[1]):
+            return
+        node_id, payload = update
+        alarms = streams.node_alarms(node_id)
+        fleet_message = {"type": "node.state", "node": node_id, "state": alarms}
+        failure_message = {"type": "failure.update", "node": node_id, "failure": payload, "state": alarms}
+        _send(
+            node_id,
+            to_node=failure_message,
+            to_fleet=fleet_message if self._last_sent.is_new(("alarms", node_id), alarms) else None,
+            to_failures=failure_message,
+        )
 
-
-def publish_failure(failure: "Failure") -> None:
-    transaction.on_commit(partial(_publish_failure, failure.pk), robust=True)
-
-
-def _publish_node_state(node_id: int) -> None:
-    from apps.dashboard import streams
-
-    state = streams.node_state(node_id)
-    if state is None or not _last_sent.is_new(("node", node_id), state):
-        return
-    message = {"type": "node.state", "node": node_id, "state": state}
-    _send(node_id, to_node=message, to_fleet=message)
-
-
-def _publish_failure(failure_id: int) -> None:
-    from apps.dashboard import streams
-
-    update = streams.failure_update(failure_id)
-    if update is None or not _last_sent.is_new(("failure", failure_id), update[1]):
-        return
-    node_id, payload = update
-    alarms = streams.node_alarms(node_id)
-    fleet_message = {"type": "node.state", "node": node_id, "state": alarms}
-    failure_message = {"type": "failure.update", "node": node_id, "failure": payload, "state": alarms}
-    _send(
-        node_id,
-        to_node=failure_message,
-        to_fleet=fleet_message if _last_sent.is_new(("alarms", node_id), alarms) else None,
-        to_failures=failure_message,
-    )
+    def forget(self) -> None:
+        """Forget what was sent: the next change of every node and failure is sent whole."""
+        self._last_sent = _LastSent()
 
 
 def _send(
@@ -109,8 +95,6 @@ def _send(
     to_fleet: dict[str, Any] | None,
     to_failures: dict[str, Any] | None = None,
 ) -> None:
-    from apps.telemetry.live import FLEET_GROUP, node_group
-
     layer = get_channel_layer()
     if layer is None:
         return
@@ -122,7 +106,4 @@ def _send(
         if to_failures is not None:
             await layer.group_send(FAILURES_GROUP, to_failures)
 
-    try:
-        async_to_sync(send)()
-    except Exception as exc:  # whatever the layer raises, the change itself is committed
-        log.warning("Could not publish %s of node %d to browsers: %s", to_node["type"], node_id, exc)
+    async_to_sync(send)()

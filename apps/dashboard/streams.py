@@ -3,9 +3,9 @@ queries, whatever the fleet's size) and how each published event becomes a fragm
 
 Fleet entry (one per node): ``hostname, lifecycle, liveness, alarms, severity, alarm_gpus,
 straggler_gpus`` and, once the node has reported, ``ts, gpus, util_gpu_mean, power_w_total,
-temp_c_max, heat`` (as apps/telemetry/live.py summarises a sample: ``heat`` holds each GPU's heatmap
-cell). Node state: ``hostname, lifecycle, liveness, alarms, severity, ts``,
-``gpus`` (by index: apps/telemetry/live.py's LIVE_GPU_FIELDS) and ``failures`` (by id, as the REST
+temp_c_max, heat`` (as apps/dashboard/messages.py summarises a sample: ``heat`` holds each GPU's
+heatmap cell). Node state: ``hostname, lifecycle, liveness, alarms, severity, ts``,
+``gpus`` (by index: apps/dashboard/messages.py's LIVE_GPU_FIELDS) and ``failures`` (by id, as the REST
 API's failure serializer writes them: the node's active failures, then every change published).
 
 ``alarms`` counts the node's open or acknowledged failures that are not side effects of another
@@ -24,11 +24,11 @@ from django.db import connection
 from django.db.models import QuerySet
 
 from apps.dashboard.deltas import Tree
+from apps.dashboard.messages import LIVE_GPU_FIELDS, GpuReading, fleet_entry
 from apps.failures.api.serializers import FailureSerializer
 from apps.failures.choices import FailureKind, most_severe
 from apps.failures.models import IS_ALARM, Failure
 from apps.inventory.models import Node
-from apps.telemetry.live import LIVE_GPU_FIELDS, GpuReading, fleet_entry
 from apps.telemetry.models import LatestGpuSample
 
 FLEET_TELEMETRY_FIELDS = ("ts", "gpus", "util_gpu_mean", "power_w_total", "temp_c_max", "heat")
@@ -64,12 +64,12 @@ def alarm_rows(failures: QuerySet[Failure]) -> QuerySet[Any]:
 
 
 def fleet_fragment(entry: dict[str, Any]) -> Tree:
-    """A ``telemetry.fleet`` entry (apps/telemetry/live.py fleet_entry) as a fleet entry fragment."""
+    """A ``telemetry.fleet`` entry (apps/dashboard/messages.py fleet_entry) as a fleet entry fragment."""
     return {field: rounded(entry[field]) for field in FLEET_TELEMETRY_FIELDS} | {"ts": rounded_ts(entry["ts"])}
 
 
 def node_fragment(update: dict[str, Any]) -> Tree:
-    """A ``telemetry.node`` message (apps/telemetry/live.py node_update) as a node state fragment."""
+    """A ``telemetry.node`` message (apps/dashboard/messages.py node_update) as a node state fragment."""
     gpus = {str(gpu["index"]): {field: rounded(gpu[field]) for field in LIVE_GPU_FIELDS} for gpu in update["gpus"]}
     return {"ts": rounded_ts(update["ts"]), "gpus": gpus}
 
@@ -98,7 +98,7 @@ _READING_COLUMNS = ("gpu_index", "util_gpu", "power_w", "temp_c", "mem_used_mib"
 def _stored_fleet_telemetry() -> dict[int, Tree]:
     """Each reporting node's telemetry fragment of its fleet entry (``fleet_fragment``), from the newest
     sample of its GPUs. On PostgreSQL the database sums up each node (``_postgresql_fleet_telemetry``);
-    elsewhere every GPU's row is read and summed up here, as apps/telemetry/live.py sums up a sample."""
+    elsewhere every GPU's row is read and summed up here, as apps/dashboard/messages.py sums up a sample."""
     return _postgresql_fleet_telemetry() if connection.vendor == "postgresql" else _python_fleet_telemetry()
 
 

@@ -11,15 +11,15 @@ The registry is one sorted set in the channel layer's Redis, ``<prefix>:live:wat
 its nodes on subscribe, refreshes them while it lives (``WATCH_REFRESH_S``) and removes them on
 unsubscribe and disconnect; a consumer that died without saying so drops out after ``WATCH_TTL_S``.
 
-Without a Redis channel layer (tests' in-memory layer) or when Redis fails, ``watched_nodes`` says
-None: "unknown", and the publisher sends every node's group as before.
+On a channel layer without the registry (channels_redis's pub/sub layer, say) or when Redis fails,
+``watched_nodes`` says None: "unknown", and the publisher sends every node's group as before.
 """
 
 import logging
 import time
 from collections.abc import Collection
 
-from channels.layers import get_channel_layer
+from channels.layers import BaseChannelLayer, get_channel_layer
 from channels_redis.core import RedisChannelLayer
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -30,8 +30,7 @@ WATCH_REFRESH_S = 30.0
 WATCH_TTL_S = 3 * WATCH_REFRESH_S
 
 
-def _registry() -> tuple[Redis, str] | None:
-    layer = get_channel_layer()
+def _registry(layer: BaseChannelLayer | None) -> tuple[Redis, str] | None:
     if not isinstance(layer, RedisChannelLayer):
         return None
     return layer.connection(0), f"{layer.prefix}:live:watched"
@@ -43,7 +42,7 @@ def _members(channel_name: str, node_ids: Collection[int]) -> list[str]:
 
 async def watch(channel_name: str, node_ids: Collection[int]) -> None:
     """This consumer watches these nodes (again: refreshes their expiry)."""
-    registry, members = _registry(), _members(channel_name, node_ids)
+    registry, members = _registry(get_channel_layer()), _members(channel_name, node_ids)
     if registry is None or not members:
         return
     redis, key = registry
@@ -55,7 +54,7 @@ async def watch(channel_name: str, node_ids: Collection[int]) -> None:
 
 
 async def unwatch(channel_name: str, node_ids: Collection[int]) -> None:
-    registry, members = _registry(), _members(channel_name, node_ids)
+    registry, members = _registry(get_channel_layer()), _members(channel_name, node_ids)
     if registry is None or not members:
         return
     redis, key = registry
@@ -65,9 +64,10 @@ async def unwatch(channel_name: str, node_ids: Collection[int]) -> None:
         log.warning("Could not unregister watched nodes %s: %s", node_ids, exc)
 
 
-async def watched_nodes() -> set[int] | None:
-    """Ids of the nodes some consumer watches, or None when that cannot be known."""
-    registry = _registry()
+async def watched_nodes(layer: BaseChannelLayer | None = None) -> set[int] | None:
+    """Ids of the nodes some consumer watches, or None when that cannot be known. On ``layer``, or the
+    process's channel layer (the live publisher reads it through its own)."""
+    registry = _registry(layer or get_channel_layer())
     if registry is None:
         return None
     redis, key = registry

@@ -5,3 +5,12 @@ class FailuresConfig(AppConfig):
     name = "apps.failures"
     label = "failures"
     verbose_name = "Failures and stragglers"
+
+    def ready(self) -> None:
+        from apps.core import events
+        from apps.core.process import process
+        from apps.failures.counters import counter_watch
+
+        # Counters in stored telemetry (ECC, row remapping, recovery action) raise failures.
+        process.add(counter_watch)
+        events.subscribe(events.TelemetryStored, counter_watch.telemetry_stored)

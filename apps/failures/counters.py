@@ -1,6 +1,7 @@
 """Failures read from telemetry counters, for what happens without an XID (or before it arrives).
 
-The telemetry ingest calls this with the previous and the current sample of the same GPU and the
+The counter watch hears of every stored telemetry batch (``TelemetryStored``, apps/core/events.py;
+subscribed in apps/failures/apps.py) and compares each GPU's sample with the one before it, at the
 sample's own time (so it lines up with the agent's XID events). Counters are compared, never judged
 alone: a GPU whose rows had already failed when the server started raises nothing until something
 changes (the XID 64 it logged then did). Volatile counters go back to zero when the driver reloads
@@ -12,11 +13,13 @@ Ports need nothing here: the agent already turns a port's state and link-downed 
 ``port`` events (agents.collectors.infiniband.port_event), which events.py records.
 """
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.utils import timezone
 
 from agents.protocol import GpuSample
+from apps.core.events import TelemetryStored
+from apps.core.process import ProcessPart
 from apps.failures import conditions
 from apps.failures import xid as catalog
 from apps.failures.conditions import Condition, Observation
@@ -101,14 +104,24 @@ def _watched(sample: GpuSample) -> tuple[object, ...]:
     )
 
 
-class CounterWatch:
-    """Remembers each GPU's last sample, so the ingest can hand every new sample to
-    ``failures_from_sample_deltas`` with the one before it. The comparison that decides whether
-    anything moved is a tuple compare in memory: at 8,000 samples a second the database is only
-    touched for the rare sample whose counters changed."""
+class CounterWatch(ProcessPart):
+    """Remembers each GPU's last sample, so that every new one goes to ``failures_from_sample_deltas``
+    with the one before it. The comparison that decides whether anything moved is a tuple compare in
+    memory: at 8,000 samples a second the database is only touched for the rare sample whose counters
+    changed. Shut down, it forgets (the first sample after is compared with nothing, as after a restart)."""
 
     def __init__(self) -> None:
         self._last: dict[tuple[int, int], GpuSample] = {}
+
+    def telemetry_stored(self, event: TelemetryStored) -> None:
+        """The subscriber, on the ingest's writer thread once the batch is committed (a replayed
+        duplicate is not in it, so it raises nothing twice)."""
+        for node_id, message in event.messages:
+            samples = sorted(message.samples, key=lambda sample: sample.ts)
+            self.observe(node_id, [(datetime.fromtimestamp(s.ts, UTC), s.gpus) for s in samples])
+
+    async def shutdown(self) -> None:
+        self._last = {}
 
     def observe(self, node_id: int, samples: list[tuple[datetime, list[GpuSample]]]) -> list[Failure]:
         """Samples of one node, oldest first, each with its own time."""
@@ -121,3 +134,6 @@ class CounterWatch:
                 if prev is not None and _watched(prev) != _watched(gpu):
                     raised += failures_from_sample_deltas(node_id, prev, gpu, at=at)
         return raised
+
+
+counter_watch = CounterWatch()  # the server process's

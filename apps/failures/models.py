@@ -17,7 +17,7 @@ from django.db.models import Count, Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from apps.dashboard.publish import publish_failure
+from apps.core.events import FailureChange, FailureChanged, announce
 from apps.failures import xid as catalog
 from apps.failures.choices import ACTIVE_STATES, FailureKind, FailureState, Severity, StragglerMetric
 from apps.inventory.models import Gpu, NetworkPort, Node
@@ -121,6 +121,10 @@ class Failure(models.Model):
     def recovery_action_text(self) -> str | None:
         return None if self.recovery_action is None else catalog.recovery_action(self.recovery_action).text
 
+    def announce(self, change: FailureChange) -> None:
+        """Tell whoever listens (apps/core/events.py) that this failure changed, once it is committed."""
+        announce(FailureChanged(self.pk, self.node_id, change))
+
     # State changes -------------------------------------------------------------------------------
     # Each is a conditional update on the state it starts from, so two operators acting at once
     # cannot both succeed, and the loser is told what happened instead.
@@ -132,10 +136,7 @@ class Failure(models.Model):
             acknowledged_by=actor,
             acknowledged_by_user=user,
         )
-        self.refresh_from_db()
-        if not changed:
-            raise IllegalFailureTransition(f"{self.describe_state()}; only an open failure can be acknowledged.")
-        publish_failure(self)
+        self._settle(changed, "acknowledged", refusal="only an open failure can be acknowledged.")
 
     def resolve(self, *, actor: str, user: AbstractBaseUser | None = None, note: str = "") -> int:
         """Resolve the failure and its active side effects (and theirs); returns how many side effects."""
@@ -145,23 +146,32 @@ class Failure(models.Model):
             "resolved_by": actor,
             "resolved_by_user": user,
         }
-        side_effects = 0
         with transaction.atomic():
             changed = Failure.objects.filter(pk=self.pk, state__in=ACTIVE_STATES).update(
                 **resolution, resolution_note=note
             )
-            causes = [self.pk] if changed else []
-            while causes:
-                effects = list(Failure.objects.active().filter(cause__in=causes).values_list("pk", flat=True))
-                side_effects += Failure.objects.filter(pk__in=effects).update(
-                    **resolution, resolution_note=f"Resolved with its cause, failure #{self.pk}."
-                )
-                causes = effects
+            side_effects = self._resolve_side_effects(resolution) if changed else 0
+        self._settle(changed, "resolved", refusal="there is nothing left to resolve.")
+        return side_effects
+
+    def _resolve_side_effects(self, resolution: dict[str, object]) -> int:
+        """Resolve the active side effects of this failure, and theirs; returns how many."""
+        resolved, causes = 0, [self.pk]
+        while causes:
+            effects = list(Failure.objects.active().filter(cause__in=causes).values_list("pk", flat=True))
+            resolved += Failure.objects.filter(pk__in=effects).update(
+                **resolution, resolution_note=f"Resolved with its cause, failure #{self.pk}."
+            )
+            causes = effects
+        return resolved
+
+    def _settle(self, changed: int, change: FailureChange, *, refusal: str) -> None:
+        """After a state change's conditional update: the row as it now is, and the change announced;
+        or, when the update matched nothing, IllegalFailureTransition saying why (``refusal``)."""
         self.refresh_from_db()
         if not changed:
-            raise IllegalFailureTransition(f"{self.describe_state()}; there is nothing left to resolve.")
-        publish_failure(self)
-        return side_effects
+            raise IllegalFailureTransition(f"{self.describe_state()}; {refusal}")
+        self.announce(change)
 
     def describe_state(self) -> str:
         text = f"Failure #{self.pk} ({self}) is {self.get_state_display().lower()}"

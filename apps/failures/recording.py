@@ -14,7 +14,6 @@ from typing import Final
 from django.db import IntegrityError, transaction
 
 from apps.accounts.audit import record
-from apps.dashboard.publish import publish_failure
 from apps.failures import xid as catalog
 from apps.failures.choices import FailureKind, most_severe
 from apps.failures.conditions import Observation
@@ -70,7 +69,7 @@ def adopt_side_effects(cause: Failure, *, actor: str) -> int:
         failure.cause = cause
         failure.save(update_fields=["cause"])
         record("failure.link", actor=actor, obj=failure, side_effect_of=cause.pk)
-        publish_failure(failure)
+        failure.announce("linked")
     told = [f for f in earlier if f.recovery_action is not None]
     if told and cause.recovery_action is None:
         _take_recovery_action(cause, max(told, key=lambda f: f.last_seen).recovery_action)
@@ -148,7 +147,7 @@ def _open(observation: Observation, cause: Failure | None, *, actor: str) -> Fai
         severity=failure.severity,
         side_effect_of=cause.pk if cause else None,
     )
-    publish_failure(failure)
+    failure.announce("opened")
     return failure
 
 
@@ -164,7 +163,7 @@ def _count_repeat(failure: Failure, observation: Observation) -> None:
     failure.first_seen = min(failure.first_seen, observation.at)
     failure.severity = most_severe(failure.severity, observation.severity)
     failure.save(update_fields=["count", "first_seen", "last_seen", "detail", "recovery_action", "severity"])
-    publish_failure(failure)
+    failure.announce("repeated")
 
 
 def _pass_recovery_action_to(cause: Failure | None, observation: Observation) -> None:
@@ -177,4 +176,4 @@ def _take_recovery_action(failure: Failure, action: int) -> None:
     failure.recovery_action = action
     failure.severity = most_severe(failure.severity, catalog.recovery_action(action).severity)
     Failure.objects.filter(pk=failure.pk).update(recovery_action=action, severity=failure.severity)
-    publish_failure(failure)
+    failure.announce("recovery_action")

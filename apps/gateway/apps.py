@@ -5,3 +5,14 @@ class GatewayConfig(AppConfig):
     name = "apps.gateway"
     label = "gateway"
     verbose_name = "Agent gateway"
+
+    def ready(self) -> None:
+        from apps.core.process import process
+        from apps.gateway.bookkeeping import bookkeepers, bookkeeping_thread
+        from apps.gateway.consumers import inventory_thread
+
+        # What the gateway holds while a server process runs (apps/core/process.py): the bookkeepers
+        # write what they noted, then their thread and the inventory thread close their connections.
+        process.add(bookkeepers)
+        process.add(bookkeeping_thread)
+        process.add(inventory_thread)

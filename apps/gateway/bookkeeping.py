@@ -8,17 +8,17 @@ can be checked against a revocation list at most a second old without a query of
 """
 
 import asyncio
+import contextlib
 import logging
 import weakref
 from collections import Counter
 from collections.abc import Set
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Final
 
-from channels.db import database_sync_to_async
 from django.utils import timezone
 
+from apps.core.process import DatabaseThread, ProcessPart
 from apps.gateway import liveness
 from apps.gateway.models import GatewayCounter, NodeCredential
 
@@ -31,7 +31,7 @@ ErrorKey = tuple[int | None, str]  # (node id, or None before a node is known; c
 # The write has a thread of its own, not the one thread that Channels runs every consumer's other
 # database calls of the process on: at 1,000 nodes it takes tens of milliseconds each second, and
 # browsers' sign-in checks and agents' events waited behind it.
-_bookkeeping_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gateway-bookkeeping")
+bookkeeping_thread = DatabaseThread("gateway-bookkeeping")
 
 
 class Bookkeeper:
@@ -79,15 +79,21 @@ class Bookkeeper:
         heard, self._heard = self._heard, set()
         errors, self._errors = self._errors, {}
         try:
-            self._unusable = await database_sync_to_async(_write, thread_sensitive=False, executor=_bookkeeping_thread)(
-                heard, errors, set(self._connections), timezone.now()
-            )
+            self._unusable = await bookkeeping_thread.run(_write)(heard, errors, set(self._connections), timezone.now())
         except BaseException:
             self._heard |= heard
             for key, (count, message) in errors.items():
                 newer_count, newer_message = self._errors.get(key, (0, message))
                 self._errors[key] = (count + newer_count, newer_message)
             raise
+
+    async def close(self) -> None:
+        """Stop ticking and write what is noted (the server is stopping)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.flush()
 
 
 def _write(
@@ -98,12 +104,29 @@ def _write(
     return NodeCredential.objects.unusable_among(credential_ids)
 
 
-_bookkeepers: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Bookkeeper]" = weakref.WeakKeyDictionary()
+class Bookkeepers(ProcessPart):
+    """One bookkeeper per event loop: one per server process in production (tests run servers on loops
+    of their own). Shut down on the server's loop, its bookkeeper writes what it noted."""
+
+    def __init__(self) -> None:
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Bookkeeper] = weakref.WeakKeyDictionary()
+
+    def of_running_loop(self) -> Bookkeeper:
+        loop = asyncio.get_running_loop()
+        if loop not in self._by_loop:
+            self._by_loop[loop] = Bookkeeper()
+        return self._by_loop[loop]
+
+    async def shutdown(self) -> None:
+        by_loop, self._by_loop = self._by_loop, weakref.WeakKeyDictionary()
+        current = by_loop.get(asyncio.get_running_loop())
+        if current is not None:
+            await current.close()
+
+
+bookkeepers = Bookkeepers()
 
 
 def bookkeeper() -> Bookkeeper:
-    """The running event loop's bookkeeper (one per server process in production)."""
-    loop = asyncio.get_running_loop()
-    if loop not in _bookkeepers:
-        _bookkeepers[loop] = Bookkeeper()
-    return _bookkeepers[loop]
+    """The running event loop's bookkeeper."""
+    return bookkeepers.of_running_loop()

@@ -15,7 +15,6 @@ protocol version) are ``agents.protocol.CloseCode``, which the agent reads too.
 """
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -27,12 +26,13 @@ from django.utils import timezone
 
 from agents import protocol
 from apps.accounts.audit import record
+from apps.core.process import DatabaseThread
 from apps.gateway import liveness, sinks
 from apps.gateway.bookkeeping import bookkeeper
 from apps.gateway.choices import CounterCode
 from apps.gateway.discovery import apply_inventory
 from apps.gateway.models import NodeAgent, NodeCredential
-from apps.gateway.push import node_group
+from apps.gateway.push import agent_group
 from apps.inventory.models import Node
 from controlplane.websockets import client_gone
 
@@ -42,7 +42,7 @@ logger = logging.getLogger(__name__)
 # every other database call of these consumers queues on: when a thousand agents connect at once,
 # their first inventories (tens of queries each) held up the next agents' authentication and Welcome
 # past the agents' 10 s handshake timeout, and those agents came back to do it all again.
-_inventory_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agent-inventory")
+inventory_thread = DatabaseThread("agent-inventory")
 
 
 def _header(scope: dict[str, Any], name: bytes) -> str:
@@ -93,13 +93,13 @@ class AgentConsumer(AsyncWebsocketConsumer):
             return
         self.credential, self.node = credential, credential.node
         bookkeeper().connected(credential.pk)
-        await self.channel_layer.group_add(node_group(self.node.pk), self.channel_name)
+        await self.channel_layer.group_add(agent_group(self.node.pk), self.channel_name)
 
     async def disconnect(self, code: int) -> None:
         if self.credential is None:
             return
         bookkeeper().disconnected(self.credential.pk)
-        await self.channel_layer.group_discard(node_group(self.node.pk), self.channel_name)
+        await self.channel_layer.group_discard(agent_group(self.node.pk), self.channel_name)
         if self.said_hello:
             await database_sync_to_async(_record_disconnect)(self.node.pk, self.connected_at)
 
@@ -129,8 +129,6 @@ class AgentConsumer(AsyncWebsocketConsumer):
             await self._handle(message)
         except protocol.ProtocolError as exc:
             await self._reply_error(exc.code, exc.message, *refused)
-        except sinks.NotReady as exc:
-            await self._reply_error("not_ready", str(exc), *refused)
         except Exception:  # one message failing to store must not take the node's connection down
             logger.exception("Failed to handle %s from %s", type(message).__name__, self.node.hostname)
             await self._reply_error("internal", "The server failed to handle this message; it is logged.", *refused)
@@ -147,9 +145,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
                     await self._refuse_impersonation(message.host.hostname, "inventory")
                     return
                 bookkeeper().heard_from(self.node.pk)
-                await database_sync_to_async(apply_inventory, thread_sensitive=False, executor=_inventory_thread)(
-                    self.node, message
-                )
+                await inventory_thread.run(apply_inventory)(self.node, message)
             case protocol.Telemetry():
                 bookkeeper().heard_from(self.node.pk)
                 stored = await sinks.store_telemetry(self.node.pk, message)
@@ -180,7 +176,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
         # One socket per node: a reconnecting agent's half-dead earlier socket (or a second agent
         # with a copied credential) is closed, so two streams never interleave one node's seqs.
         await self.channel_layer.group_send(
-            node_group(self.node.pk),
+            agent_group(self.node.pk),
             {"type": "agent.superseded", "by": self.channel_name, "hello_at": self.connected_at.timestamp()},
         )
         await self._send(

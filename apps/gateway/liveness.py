@@ -45,7 +45,7 @@ def record_heard(node_ids: Iterable[int], now: datetime) -> list[Node]:
             if previous == Liveness.UNREACHABLE:
                 sinks.node_recovered(node)
             else:
-                sinks.publish_liveness(node)  # seen for the first time: nothing recovered
+                sinks.announce_liveness(node)  # seen for the first time: nothing recovered
     return returned
 
 

@@ -9,8 +9,9 @@ from redis.exceptions import RedisError
 logger = logging.getLogger(__name__)
 
 
-def node_group(node_id: int) -> str:
-    """The channel-layer group of the consumers holding a node's agent socket (one, normally)."""
+def agent_group(node_id: int) -> str:
+    """The channel-layer group of the consumers holding a node's agent socket (one, normally); not the
+    live streams' ``node.<id>`` of browsers watching the node (apps/dashboard/messages.py)."""
     return f"gateway.node.{node_id}"
 
 
@@ -22,7 +23,7 @@ def credential_revoked(node_id: int, credential_id: int) -> None:
     """
     try:
         async_to_sync(get_channel_layer().group_send)(
-            node_group(node_id), {"type": "credential.revoked", "credential_id": credential_id}
+            agent_group(node_id), {"type": "credential.revoked", "credential_id": credential_id}
         )
     except (OSError, RedisError):
         logger.warning("Could not notify the gateway of revoked credential %s", credential_id, exc_info=True)

@@ -5,3 +5,9 @@ class TelemetryConfig(AppConfig):
     name = "apps.telemetry"
     label = "telemetry"
     verbose_name = "Telemetry"
+
+    def ready(self) -> None:
+        from apps.core.process import process
+        from apps.telemetry.ingest import ingestor
+
+        process.add(ingestor)  # shut down with the server process: what is pending is written first

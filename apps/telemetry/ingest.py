@@ -10,23 +10,23 @@ A batch is flushed 250 ms (``TELEMETRY_FLUSH_INTERVAL_MS``) after its first mess
 once when it holds ``TELEMETRY_FLUSH_MAX_ROWS`` rows. One write at a time, on one dedicated
 thread (one database connection, batches committed in arrival order); the next batch fills while
 the current one is written.
+
+A server process has one, ``ingestor``: a part of the process (apps/core/process.py), shut down when
+the server stops (what is pending is written first).
 """
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from django.conf import settings
-from django.db import close_old_connections, connections
 
 from agents.protocol import Telemetry
-from apps.failures.counters import CounterWatch
-from apps.telemetry import live
+from apps.core.clock import Clock, LoopClock
+from apps.core.events import NodeTelemetry, TelemetryStored, announce
+from apps.core.process import DatabaseThread, ProcessPart
 from apps.telemetry.storage import StoredBatch, Submission, write_batch
 
 log = logging.getLogger(__name__)
@@ -58,24 +58,21 @@ class IngestStats:
     last_write_ms: float = 0.0
 
 
-class Ingestor:
+class Ingestor(ProcessPart):
     def __init__(
         self,
         *,
         flush_interval_s: float | None = None,
         max_rows: int | None = None,
         writer: Callable[..., StoredBatch] = write_batch,
-        on_stored: Callable[[StoredBatch], None] = live.on_batch_stored,
+        clock: Clock | None = None,
     ) -> None:
-        self.flush_interval_s = (
-            settings.TELEMETRY_FLUSH_INTERVAL_MS / 1000 if flush_interval_s is None else flush_interval_s
-        )
-        self.max_rows = settings.TELEMETRY_FLUSH_MAX_ROWS if max_rows is None else max_rows
+        self._flush_interval_s = flush_interval_s  # None: the settings in force
+        self._max_rows = max_rows
         self.stats = IngestStats()
         self._writer = writer
-        self._on_stored = on_stored
-        self._counter_watch = CounterWatch()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="telemetry-writer")
+        self._clock = clock or LoopClock()  # when a batch is due
+        self._writer_thread = DatabaseThread("telemetry-writer")
         # Highest seq known committed per node, from this process's own commits: lets a replay of
         # what is already stored be answered without a database round trip. The database cursor,
         # read under lock in every batch, stays the authority (another process may be ahead).
@@ -88,6 +85,16 @@ class Ingestor:
         self._wake: asyncio.Event | None = None
         self._flusher: asyncio.Task[None] | None = None
         self._closing = False
+
+    @property
+    def flush_interval_s(self) -> float:
+        if self._flush_interval_s is None:
+            return settings.TELEMETRY_FLUSH_INTERVAL_MS / 1000
+        return self._flush_interval_s
+
+    @property
+    def max_rows(self) -> int:
+        return settings.TELEMETRY_FLUSH_MAX_ROWS if self._max_rows is None else self._max_rows
 
     async def submit(self, node_id: int, message: Telemetry) -> int:
         """Store ``message`` unless its seq is already stored; return the node's stored seq.
@@ -103,7 +110,7 @@ class Ingestor:
         rows = sum(len(sample.gpus) + len(sample.ports) for sample in message.samples)
         pending = _Pending(Submission(node_id, message), rows, loop.create_future())
         if not self._pending:
-            self._deadline = loop.time() + self.flush_interval_s
+            self._deadline = self._clock.now() + self.flush_interval_s
             self._wake.set()
         self._pending.append(pending)
         self._pending_rows += rows
@@ -111,18 +118,32 @@ class Ingestor:
             self._wake.set()
         return await pending.future
 
-    async def aclose(self) -> None:
-        """Write what is pending, then stop the flusher (server shutdown, tests)."""
-        if self._flusher is None or self._loop is not asyncio.get_running_loop():
-            return
-        self._closing = True
-        self._wake.set()
-        await self._flusher
-        await self._loop.run_in_executor(self._executor, connections.close_all)  # the writer thread's
-        self._flusher = self._loop = None
-        self._closing = False
+    async def shutdown(self) -> None:
+        """Write what is pending and stop the flusher, close the writer thread and forget what was
+        stored: used again, the ingestor starts afresh (the database cursors stay the authority)."""
+        loop = self._loop
+        if self._flusher is not None and loop is not None and not loop.is_closed():
+            if loop is asyncio.get_running_loop():
+                await self._drain()
+            elif loop.is_running():  # the server's loop, from another thread
+                await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._drain(), loop))
+        self._loop = self._wake = self._flusher = None
+        self._pending, self._pending_rows = [], 0
+        self._stored_seq.clear()
+        self._latest_due.clear()
+        await self._writer_thread.shutdown()
 
     # Internals --------------------------------------------------------------------------------
+
+    async def _drain(self) -> None:
+        assert self._flusher is not None
+        assert self._wake is not None
+        self._closing = True
+        self._wake.set()
+        try:
+            await self._flusher
+        finally:
+            self._closing = False
 
     def _bind_loop(self) -> asyncio.AbstractEventLoop:
         """Start the flusher on the running event loop (again, if the previous loop has ended)."""
@@ -149,11 +170,9 @@ class Ingestor:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            delay = self._deadline - self._loop.time()
-            if delay > 0 and self._pending_rows < self.max_rows and not self._closing:
+            if self._clock.now() < self._deadline and self._pending_rows < self.max_rows and not self._closing:
                 self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), delay)
+                await self._clock.wait(self._deadline, self._wake)
                 continue
             await self._flush(self._take_batch())
 
@@ -170,7 +189,7 @@ class Ingestor:
         assert self._loop is not None
         started = time.perf_counter()
         try:
-            stored = await self._loop.run_in_executor(self._executor, self._write, [p.submission for p in batch])
+            stored = await self._writer_thread.run(self._write)([p.submission for p in batch])
         except Exception as exc:
             self.stats.failed_batches += 1
             log.warning("Telemetry batch of %d messages not stored: %s", len(batch), exc)
@@ -183,28 +202,15 @@ class Ingestor:
         for pending in batch:
             if not pending.future.done():  # a consumer that went away cancelled its future
                 pending.future.set_result(stored.cursors[pending.submission.node_id])
-        try:
-            self._on_stored(stored)
-        except Exception:
-            log.exception("Publishing a stored telemetry batch failed; the batch itself is stored.")
 
     def _write(self, batch: list[Submission]) -> StoredBatch:
-        close_old_connections()  # on the writer thread: drop a connection a failed batch left broken
+        """On the writer thread: store the batch, then announce what it stored (a replayed duplicate is
+        not announced). Its subscribers run here, committed, before the agents get their acks: the
+        failures' counter watch raises what the counters show, the live publisher notes the values."""
         stored = self._writer(batch, latest_not_before=self._latest_due)
-        self._watch_counters(stored)
+        if stored.stored:
+            announce(TelemetryStored(tuple(NodeTelemetry(s.node_id, s.message) for s in stored.stored)))
         return stored
-
-    def _watch_counters(self, stored: StoredBatch) -> None:
-        """Raise the failures counters show (ECC, row remapping, recovery action), from the samples
-        just committed; a replayed duplicate is not in ``stored.stored``, so it raises nothing twice."""
-        try:
-            for submission in stored.stored:
-                samples = sorted(submission.message.samples, key=lambda sample: sample.ts)
-                self._counter_watch.observe(
-                    submission.node_id, [(datetime.fromtimestamp(s.ts, UTC), s.gpus) for s in samples]
-                )
-        except Exception:  # the samples are stored and acknowledged whatever happens here
-            log.exception("Raising failures from telemetry counters failed; the samples themselves are stored.")
 
     def _record(self, stored: StoredBatch) -> None:
         for node_id, seq in stored.cursors.items():
@@ -219,12 +225,4 @@ class Ingestor:
         self.stats.port_rows += stored.port_rows
 
 
-_ingestor: Ingestor | None = None
-
-
-def get_ingestor() -> Ingestor:
-    """The process's one ingestor (created on first use, with the settings then in force)."""
-    global _ingestor
-    if _ingestor is None:
-        _ingestor = Ingestor()
-    return _ingestor
+ingestor = Ingestor()  # the server process's, with the settings in force when it is used

@@ -24,14 +24,7 @@ from playwright.sync_api import BrowserContext, Page, sync_playwright
 from websockets.sync.client import ClientConnection, connect
 
 from apps.accounts.models import User
-from apps.dashboard import publish
 from controlplane import demo
-
-
-@pytest.fixture(autouse=True)
-def _forget_published(monkeypatch) -> None:
-    """publish.py drops a payload it already sent; ids repeat from one test to the next."""
-    monkeypatch.setattr(publish, "_last_sent", publish._LastSent())
 
 
 class LiveServer:
@@ -45,7 +38,8 @@ class LiveServer:
             from controlplane.asgi import application
 
             app = ASGIStaticFilesHandler(application)
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, lifespan="off", log_level="warning")
+        # With its lifespan, as in production: the process's parts are shut down as the server stops.
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, lifespan="on", log_level="warning")
         self._server = uvicorn.Server(config)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=asyncio.run, args=(self._serve(),), daemon=True, name="live-server")
@@ -149,6 +143,33 @@ def off_the_loop(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any
 
 def group_send(group: str, message: dict[str, Any]) -> None:
     off_the_loop(async_to_sync(get_channel_layer().group_send), group, message)
+
+
+# Listening to the channel layer's groups as consumers do --------------------------------------------
+
+
+async def listen(*groups: str) -> dict[str, str]:
+    """A channel of its own for each group, added to it as a consumer's would be: {group: channel}."""
+    layer = get_channel_layer()
+    channels = {group: await layer.new_channel() for group in groups}
+    for group, channel in channels.items():
+        await layer.group_add(group, channel)
+    return channels
+
+
+async def receive(channel: str, timeout: float = 5.0) -> dict[str, Any]:
+    return await asyncio.wait_for(get_channel_layer().receive(channel), timeout)
+
+
+async def waiting(channel: str) -> list[dict[str, Any]]:
+    """Every message waiting on ``channel``, for code that has already sent all it will send (its
+    sends returned): the last, empty wait only confirms that nothing more is there."""
+    messages = []
+    while True:
+        try:
+            messages.append(await receive(channel, timeout=0.2))
+        except TimeoutError:
+            return messages
 
 
 # Real headless Chromium ---------------------------------------------------------------------------

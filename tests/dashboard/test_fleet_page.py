@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 import pytest
 from playwright.sync_api import Page, expect
 
+from apps.dashboard import messages
 from apps.failures.events import record_events
 from apps.inventory.models import Node
-from apps.telemetry import live
 from apps.telemetry.models import LatestGpuSample
 from tests import factories
 from tests.dashboard.conftest import group_send, off_the_loop, screenshot
@@ -101,7 +101,7 @@ def test_the_heatmap_shows_the_fleet_and_changes_as_samples_arrive(open_page, vi
     before = cell_colour(page, node, 5)
     assert before == cell_colour(page, fleet[4], 5)  # same utilization, same colour
 
-    group_send(live.FLEET_GROUP, fleet_update((node.pk, sample_at(T0 + 1, utils={5: 100.0}))))
+    group_send(messages.FLEET_GROUP, fleet_update((node.pk, sample_at(T0 + 1, utils={5: 100.0}))))
 
     wait_for_entry(page, node, "entry.heat[5][0] === 100")
     after = cell_colour(page, node, 5)

@@ -1,12 +1,10 @@
 """``ws/live`` end to end: a real uvicorn server, the real Redis channel layer, browsers signed in
-with a session cookie. Telemetry is published as apps/telemetry/live.py publishes it (or by the
+with a session cookie. Telemetry is published as apps/dashboard/live.py publishes it (or by the
 ingestor itself); node and failure changes by the domain code that makes them."""
 
 import asyncio
-import contextlib
 import itertools
 import json
-import threading
 import time
 from datetime import UTC, datetime
 
@@ -17,15 +15,17 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from agents.protocol import NodeSample
 from apps.accounts.models import User
-from apps.dashboard import consumers
+from apps.dashboard import messages
 from apps.dashboard.consumers import LiveConsumer
+from apps.dashboard.deltas import LiveView
+from apps.dashboard.live_streams import live_streams
 from apps.failures.events import record_events
 from apps.failures.models import Failure
 from apps.inventory.models import Node
-from apps.telemetry import live
 from apps.telemetry.ingest import Ingestor
 from apps.telemetry.models import LatestGpuSample
 from tests import factories
+from tests.clock import ManualClock
 from tests.dashboard.conftest import group_send, session_cookie
 from tests.failures.conftest import events, xid
 from tests.telemetry.conftest import T0, gpu_sample, telemetry
@@ -47,11 +47,11 @@ def sample_at(ts: float, *, utils: dict[int, float] | None = None) -> NodeSample
 
 def node_update(node_id: int, ts: float, *, utils: dict[int, float] | None = None) -> dict:
     """The ``telemetry.node`` message of a sample at ``ts``."""
-    return live.node_update(node_id, sample_at(ts, utils=utils))
+    return messages.node_update(node_id, sample_at(ts, utils=utils))
 
 
 def fleet_update(*samples: tuple[int, NodeSample]) -> dict:
-    return {"type": "telemetry.fleet", "nodes": [live.fleet_entry(node_id, s.ts, s.gpus) for node_id, s in samples]}
+    return {"type": "telemetry.fleet", "nodes": [messages.fleet_entry(node_id, s.ts, s.gpus) for node_id, s in samples]}
 
 
 def store_latest(node: Node, ts: float, *, util: float = 50.0) -> None:
@@ -60,6 +60,16 @@ def store_latest(node: Node, ts: float, *, util: float = 50.0) -> None:
         LatestGpuSample(node=node, gpu_index=i, ts=at, received_at=at, **{**ALL_GPU_FIELDS, "util_gpu": util})
         for i in range(8)
     )
+
+
+def eventually(check, *, timeout: float = 5.0) -> bool:
+    """Whether ``check()`` comes true within ``timeout`` (for what the server does on its own thread)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def closing_code(browser) -> int:
@@ -72,9 +82,9 @@ def closing_code(browser) -> int:
 
 
 def test_it_closes_a_browser_that_is_not_signed_in_with_4401(open_browser):
-    refused = consumers.stats.refused["SIGNED_OUT"]
+    refused = live_streams.stats.refused["SIGNED_OUT"]
     assert closing_code(open_browser()) == 4401
-    assert consumers.stats.refused["SIGNED_OUT"] == refused + 1
+    assert live_streams.stats.refused["SIGNED_OUT"] == refused + 1
 
 
 def test_it_refuses_a_page_from_another_origin_before_the_socket_opens(open_browser, viewer):
@@ -179,14 +189,14 @@ def test_it_sends_a_node_only_the_values_that_changed(open_browser, viewer, node
     browser = open_browser(viewer)
     assert browser.request({"subscribe": "node", "node": node.pk})["state"]["gpus"] == {}
 
-    group_send(live.node_group(node.pk), node_update(node.pk, T0))
+    group_send(messages.node_group(node.pk), node_update(node.pk, T0))
     first = browser.receive()
     assert first == {
         "type": "delta",
         "nodes": {str(node.pk): {"ts": T0, "gpus": {str(i): ALL_GPU_FIELDS for i in range(8)}}},
     }
 
-    group_send(live.node_group(node.pk), node_update(node.pk, T0 + 1, utils={3: 75.0}))
+    group_send(messages.node_group(node.pk), node_update(node.pk, T0 + 1, utils={3: 75.0}))
     second = browser.receive()
     assert second == {"type": "delta", "nodes": {str(node.pk): {"ts": T0 + 1, "gpus": {"3": {"util_gpu": 75.0}}}}}
 
@@ -196,7 +206,7 @@ def test_it_sends_the_fleet_only_the_nodes_and_fields_that_changed(open_browser,
     browser = open_browser(viewer)
     browser.request({"subscribe": "fleet"})
 
-    group_send(live.FLEET_GROUP, fleet_update((node.pk, sample_at(T0)), (other.pk, sample_at(T0))))
+    group_send(messages.FLEET_GROUP, fleet_update((node.pk, sample_at(T0)), (other.pk, sample_at(T0))))
     first = browser.receive()["fleet"]
     assert first[str(other.pk)] == {
         "ts": T0,
@@ -207,7 +217,7 @@ def test_it_sends_the_fleet_only_the_nodes_and_fields_that_changed(open_browser,
         "heat": [[50, 400, 60, 39]] * 8,
     }
 
-    group_send(live.FLEET_GROUP, fleet_update((node.pk, sample_at(T0 + 1, utils={0: 90.0}))))  # other: unchanged
+    group_send(messages.FLEET_GROUP, fleet_update((node.pk, sample_at(T0 + 1, utils={0: 90.0}))))  # other: unchanged
     assert browser.receive() == {
         "type": "delta",
         "fleet": {
@@ -216,44 +226,71 @@ def test_it_sends_the_fleet_only_the_nodes_and_fields_that_changed(open_browser,
     }
 
 
-def test_it_sends_a_burst_of_updates_at_most_once_a_second_with_the_newest_values(open_browser, viewer, node):
+@pytest.fixture
+def clock(monkeypatch) -> ManualClock:
+    """The consumers' clock, moved by the test: when deltas go is the pacing's to say (test_pacing.py),
+    and these tests check that the consumer goes by it."""
+    manual = ManualClock(100.0)
+    monkeypatch.setattr(LiveConsumer, "clock", manual)
+    return manual
+
+
+def test_a_burst_of_updates_goes_at_most_once_a_second_with_the_newest_values(open_browser, viewer, node, clock):
     browser = open_browser(viewer)
-    browser.request({"subscribe": "node", "node": node.pk})
-    arrivals = [("snapshot", time.monotonic())]
-    deltas = []
+    browser.request({"subscribe": "node", "node": node.pk})  # the snapshot is the second's message
+    last_message_at, seq = clock.now(), itertools.count()
 
-    def listen() -> None:
-        with contextlib.suppress(TimeoutError):
-            while True:
-                deltas.append(browser.receive(timeout=2.5))  # a delta can wait up to 1.4 s (pacing.py)
-                arrivals.append(("delta", time.monotonic()))
-
-    listener = threading.Thread(target=listen)
-    listener.start()
-    for i in range(10):  # 10 updates over 1.5 s
-        group_send(live.node_group(node.pk), node_update(node.pk, T0 + i, utils={0: 10.0 * (i + 1)}))
-        time.sleep(0.15)
-    listener.join(timeout=10)
-
-    assert 1 <= len(deltas) <= 2
-    assert all(later - earlier > 0.9 for (_, earlier), (_, later) in itertools.pairwise(arrivals)), arrivals
-    newest = deltas[-1]["nodes"][str(node.pk)]
-    assert (newest["ts"], newest["gpus"]["0"]["util_gpu"]) == (T0 + 9, 100.0)
+    for _ in range(2):  # two bursts of five updates a tenth of a second apart
+        for _ in range(5):
+            clock.advance_to(clock.now() + 0.1)
+            i, waits = next(seq), clock.waits
+            group_send(messages.node_group(node.pk), node_update(node.pk, T0 + i, utils={0: 10.0 * (i + 1)}))
+            due = clock.waited_for(after=waits)  # the update is taken in; the delta waits for this
+        assert due >= last_message_at + 1.0
+        clock.advance_to(due)
+        newest = browser.receive()["nodes"][str(node.pk)]
+        assert (newest["ts"], newest["gpus"]["0"]["util_gpu"]) == (T0 + i, 10.0 * (i + 1))
+        last_message_at = due
 
 
-def test_a_snapshot_counts_as_the_seconds_message(open_browser, viewer, node):
+def test_a_snapshot_counts_as_the_seconds_message(open_browser, viewer, node, clock):
     other = factories.node(node.cluster, node.node_type, "gpu-b")
     browser = open_browser(viewer)
     browser.request({"subscribe": "node", "node": node.pk})
-    time.sleep(1.1)
+    clock.advance_to(101.1)  # over a second after that snapshot
 
-    group_send(live.node_group(node.pk), node_update(node.pk, T0))  # would go out in 50 ms ...
+    waits = clock.waits
+    group_send(messages.node_group(node.pk), node_update(node.pk, T0))
+    due = clock.waited_for(after=waits)
+    assert due < 101.2  # on its own, the delta would go within the coalescing window ...
+    waits = clock.waits
     browser.request({"subscribe": "node", "node": other.pk})  # ... but this snapshot goes first
-    answered = time.monotonic()
-    delta = browser.receive()
+    clock.advance_to(due)
+    due = clock.waited_for(after=waits)
 
-    assert time.monotonic() - answered > 0.9
-    assert list(delta["nodes"]) == [str(node.pk)]
+    assert due >= 101.1 + 1.0
+    clock.advance_to(due)
+    assert list(browser.receive()["nodes"]) == [str(node.pk)]
+
+
+def test_a_delta_that_cannot_be_sent_is_a_warning_counted_and_the_socket_stays(
+    open_browser, viewer, node, clock, monkeypatch, caplog
+):
+    def broken_take_delta(view: LiveView) -> dict:  # the fault: a bug in building the delta
+        raise RuntimeError("the delta could not be built")
+
+    browser = open_browser(viewer)
+    browser.request({"subscribe": "node", "node": node.pk})
+    failed = live_streams.stats.failed_pushes
+    monkeypatch.setattr(LiveView, "take_delta", broken_take_delta)
+
+    waits = clock.waits
+    group_send(messages.node_group(node.pk), node_update(node.pk, T0))
+    clock.advance_to(clock.waited_for(after=waits))
+
+    assert eventually(lambda: "Live stream push failed: the delta could not be built" in caplog.text)
+    assert eventually(lambda: live_streams.stats.failed_pushes == failed + 1)
+    assert browser.request({"subscribe": "fleet"})["type"] == "snapshot"
 
 
 def test_it_stops_sending_a_stream_once_unsubscribed(open_browser, viewer, node):
@@ -262,7 +299,7 @@ def test_it_stops_sending_a_stream_once_unsubscribed(open_browser, viewer, node)
     reply = browser.request({"unsubscribe": "node", "node": node.pk})
     assert reply == {"type": "unsubscribed", "stream": "node", "node": node.pk}
 
-    group_send(live.node_group(node.pk), node_update(node.pk, T0))
+    group_send(messages.node_group(node.pk), node_update(node.pk, T0))
     with pytest.raises(TimeoutError):
         browser.receive(timeout=1.5)
 
@@ -356,13 +393,13 @@ def test_it_stops_sending_the_failures_feed_once_unsubscribed(open_browser, view
 )
 def test_it_answers_a_bad_message_with_an_error_and_keeps_the_socket(open_browser, viewer, message, reason):
     browser = open_browser(viewer)
-    rejected = consumers.stats.rejected[reason]
+    rejected = live_streams.stats.rejected[reason]
 
     error = browser.request(message)
 
     assert (error["type"], error["reason"]) == ("error", reason)
     assert error["message"]
-    assert consumers.stats.rejected[reason] == rejected + 1
+    assert live_streams.stats.rejected[reason] == rejected + 1
     assert browser.request({"subscribe": "fleet"})["type"] == "snapshot"
 
 
@@ -397,12 +434,12 @@ def test_telemetry_stored_by_the_ingestor_reaches_a_browser_watching_the_node(as
         ) as ws:
             await ws.send(json.dumps({"subscribe": "node", "node": node.pk}))
             assert json.loads(await ws.recv())["type"] == "snapshot"
-            ingestor = Ingestor(flush_interval_s=0.05, on_stored=live.LivePublisher().note)
+            ingestor = Ingestor(flush_interval_s=0.05)  # announces to the live publisher, as in the server
             try:
                 await ingestor.submit(node.pk, telemetry(1, ts=T0, util=64.0))
                 return json.loads(await asyncio.wait_for(ws.recv(), 5))
             finally:
-                await ingestor.aclose()
+                await ingestor.shutdown()
 
     delta = asyncio.run(watch_while_ingesting())
 

@@ -1,27 +1,24 @@
-"""Node and failure changes are published once committed, once per change however many repeats one
-transaction holds, and a channel layer that fails never fails the change."""
+"""Node and failure changes reach the live streams' groups in the real Redis channel layer once
+committed, once per change however many repeats one transaction holds, as the committed rows say;
+a channel layer that fails never fails the change."""
 
 import logging
 
 import pytest
+from asgiref.sync import async_to_sync, sync_to_async
 from django.db import transaction
 
+from apps.core import events as domain_events
 from apps.dashboard import publish
 from apps.failures.events import record_events
 from apps.failures.models import Failure
+from apps.gateway.sinks import announce_liveness
 from apps.inventory.models import Node
 from tests import factories
+from tests.dashboard.conftest import listen, waiting
 from tests.failures.conftest import events, xid
 
-pytestmark = pytest.mark.django_db
-
-
-class RecordingLayer:
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, dict]] = []
-
-    async def group_send(self, group: str, message: dict) -> None:
-        self.sent.append((group, message))
+pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 
 
 class BrokenLayer:
@@ -30,101 +27,98 @@ class BrokenLayer:
 
 
 @pytest.fixture
-def layer(monkeypatch) -> RecordingLayer:
-    recording = RecordingLayer()
-    monkeypatch.setattr(publish, "get_channel_layer", lambda: recording)
-    return recording
-
-
-@pytest.fixture
-def node(db):
+def node(transactional_db):
     return factories.node(factories.cluster(), factories.node_type(nics=0))
 
 
-def test_a_lifecycle_change_is_sent_to_the_node_and_the_fleet_once_committed(
-    layer, node, django_capture_on_commit_callbacks
-):
-    with django_capture_on_commit_callbacks(execute=True):
-        node.transition("drained", actor="alice", reason="maintenance")
-        assert layer.sent == []  # not before the commit
+async def listen_to(node: Node) -> tuple[str, str, str]:
+    channels = await listen(f"node.{node.pk}", "fleet", "failures")
+    return channels[f"node.{node.pk}"], channels["fleet"], channels["failures"]
 
+
+async def test_a_lifecycle_change_is_sent_to_the_node_and_the_fleet_once_committed(redis_channel_layer, node):
+    to_node, to_fleet, _ = await listen_to(node)
+
+    @sync_to_async
+    def transition_looking_before_the_commit() -> list[dict]:
+        with transaction.atomic():
+            node.transition("drained", actor="alice", reason="maintenance")
+            return async_to_sync(waiting)(to_node)
+
+    assert await transition_looking_before_the_commit() == []
     state = {"hostname": node.hostname, "lifecycle": "drained", "liveness": "unknown"}
     message = {"type": "node.state", "node": node.pk, "state": state}
-    assert layer.sent == [(f"node.{node.pk}", message), ("fleet", message)]
+    assert await waiting(to_node) == [message]
+    assert await waiting(to_fleet) == [message]
 
 
-def test_what_is_sent_is_the_committed_state_not_the_callers_copy(layer, node, django_capture_on_commit_callbacks):
-    stale = Node.objects.get(pk=node.pk)  # e.g. the gateway's copy, read when the agent connected
-    with django_capture_on_commit_callbacks(execute=True):
-        node.transition("drained", actor="alice", reason="maintenance")
-    layer.sent.clear()
+async def test_what_is_sent_is_the_committed_state_not_the_callers_copy(redis_channel_layer, node):
+    to_node, _, _ = await listen_to(node)
+    stale = await sync_to_async(Node.objects.get)(pk=node.pk)  # e.g. the gateway's, read when the agent connected
+    await sync_to_async(node.transition)("drained", actor="alice", reason="maintenance")
 
-    with django_capture_on_commit_callbacks(execute=True):
+    @sync_to_async
+    def come_online() -> None:
         Node.objects.filter(pk=node.pk).update(liveness="online")
-        publish.publish_node_state(stale)
+        announce_liveness(stale)
 
-    state = {"hostname": node.hostname, "lifecycle": "drained", "liveness": "online"}
-    assert [message["state"] for _, message in layer.sent] == [state] * 2
+    await come_online()
+
+    drained = {"hostname": node.hostname, "lifecycle": "drained", "liveness": "unknown"}
+    assert [message["state"] for message in await waiting(to_node)] == [drained, {**drained, "liveness": "online"}]
 
 
-def test_a_change_rolled_back_is_never_sent(layer, node, django_capture_on_commit_callbacks):
+async def test_a_change_rolled_back_is_never_sent(redis_channel_layer, node):
+    to_node, to_fleet, _ = await listen_to(node)
+
+    @sync_to_async
     def transition_then_fail() -> None:
-        with transaction.atomic():
+        with pytest.raises(RuntimeError), transaction.atomic():  # noqa: PT012  (the failing request is the point)
             node.transition("drained", actor="alice", reason="maintenance")
             raise RuntimeError("the request failed after the transition")
 
-    with django_capture_on_commit_callbacks(execute=True), pytest.raises(RuntimeError):
-        transition_then_fail()
-    assert layer.sent == []
+    await transition_then_fail()
+    assert await waiting(to_node) == []
+    assert await waiting(to_fleet) == []
 
 
-def test_an_xid_storm_in_one_transaction_is_sent_once_with_its_final_count(
-    layer, node, django_capture_on_commit_callbacks
-):
-    with django_capture_on_commit_callbacks(execute=True):
-        record_events(node.pk, events(*[xid(13, at=1_767_225_600 + i) for i in range(20)]))
+async def test_an_xid_storm_in_one_transaction_is_sent_once_with_its_final_count(redis_channel_layer, node):
+    to_node, to_fleet, to_failures = await listen_to(node)
 
-    failure = Failure.objects.get()
-    assert [(group, message["type"]) for group, message in layer.sent] == [
-        (f"node.{node.pk}", "failure.update"),
-        ("fleet", "node.state"),
-        ("failures", "failure.update"),
-    ]
-    assert layer.sent[2][1] == layer.sent[0][1]
-    update = layer.sent[0][1]
+    await sync_to_async(record_events)(node.pk, events(*[xid(13, at=1_767_225_600 + i) for i in range(20)]))
+
+    failure = await sync_to_async(Failure.objects.get)()
+    (update,) = await waiting(to_node)
+    assert update["type"] == "failure.update"
     assert (update["failure"]["id"], update["failure"]["count"]) == (failure.pk, 20)
     alarms = {"alarms": 1, "severity": failure.severity, "alarm_gpus": [0], "straggler_gpus": []}
     assert update["state"] == alarms
-    assert layer.sent[1][1]["state"] == alarms
+    assert await waiting(to_fleet) == [{"type": "node.state", "node": node.pk, "state": alarms}]
+    assert await waiting(to_failures) == [update]
 
 
-def test_an_acknowledgement_is_sent_to_the_node_and_the_failures_feed_and_leaves_the_fleet_alone(
-    layer, node, django_capture_on_commit_callbacks
+async def test_an_acknowledgement_is_sent_to_the_node_and_the_failures_feed_and_leaves_the_fleet_alone(
+    redis_channel_layer, node
 ):
-    with django_capture_on_commit_callbacks(execute=True):
-        record_events(node.pk, events(xid(79)))
-    layer.sent.clear()
+    await sync_to_async(record_events)(node.pk, events(xid(79)))
+    to_node, to_fleet, to_failures = await listen_to(node)
 
-    with django_capture_on_commit_callbacks(execute=True):
-        Failure.objects.get().acknowledge(actor="alice")
+    failure = await sync_to_async(Failure.objects.get)()
+    await sync_to_async(failure.acknowledge)(actor="alice")
 
-    # the node's alarm count did not change
-    assert [(group, message["failure"]["state"]) for group, message in layer.sent] == [
-        (f"node.{node.pk}", "acknowledged"),
-        ("failures", "acknowledged"),
-    ]
+    assert [message["failure"]["state"] for message in await waiting(to_node)] == ["acknowledged"]
+    assert [message["failure"]["state"] for message in await waiting(to_failures)] == ["acknowledged"]
+    assert await waiting(to_fleet) == []  # the node's alarm count did not change
 
 
-def test_a_failing_channel_layer_does_not_fail_the_change(
-    monkeypatch, node, django_capture_on_commit_callbacks, caplog
-):
+async def test_a_failing_channel_layer_does_not_fail_the_change(monkeypatch, node, caplog):
     monkeypatch.setattr(publish, "get_channel_layer", BrokenLayer)
-    with (
-        caplog.at_level(logging.WARNING, logger="apps.dashboard.publish"),
-        django_capture_on_commit_callbacks(execute=True),
-    ):
-        node.transition("drained", actor="alice", reason="maintenance")
+    failed = domain_events.bus.failures["apps.dashboard.publish.ChangePublisher.node_changed"]
 
-    node.refresh_from_db()
+    with caplog.at_level(logging.WARNING, logger="apps.core.events"):
+        await sync_to_async(node.transition)("drained", actor="alice", reason="maintenance")
+
+    await sync_to_async(node.refresh_from_db)()
     assert node.lifecycle == "drained"
     assert "Redis is away" in caplog.text
+    assert domain_events.bus.failures["apps.dashboard.publish.ChangePublisher.node_changed"] == failed + 1

@@ -5,9 +5,9 @@ from django.db import connection
 
 from agents.protocol import GpuSample
 from apps.dashboard import streams
+from apps.dashboard.messages import heat_cell, heat_cells
 from apps.dashboard.streams import alarm_summary
 from apps.inventory.models import Node
-from apps.telemetry.live import heat_cell, heat_cells
 from apps.telemetry.models import LatestGpuSample
 from tests import factories
 

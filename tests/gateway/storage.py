@@ -5,13 +5,12 @@ events through apps.telemetry.events into AgentEvent rows, and an ack or a Welco
 cursor holds: "ack 5 after a replayed 3" is the storage's own dedup. Every gateway test over a socket
 runs on it; a test that breaks storage on purpose replaces one sink with a fault injector.
 
-This module is the one place that knows how the ingestor is started and stopped (today: created on
-first use by ``get_ingestor``, closed with ``aclose``).
+This module is the one place that knows how the ingestor is started and stopped: it is a part of the
+process (apps/core/process.py), started on first use and shut down through its public ``shutdown``.
 """
 
 from collections.abc import AsyncIterator
 
-import pytest
 import pytest_asyncio
 from channels.db import database_sync_to_async
 from django.utils import timezone
@@ -58,9 +57,9 @@ class StoredTelemetry:
 
 
 @pytest_asyncio.fixture
-async def storage(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[StoredTelemetry]:
-    """A fresh ingestor for the test (no memory of other tests' nodes), closed after it."""
-    settings.TELEMETRY_FLUSH_INTERVAL_MS = FLUSH_INTERVAL_MS
-    monkeypatch.setattr(ingest, "_ingestor", None)  # the next get_ingestor() builds one with these settings
+async def storage(settings: Settings) -> AsyncIterator[StoredTelemetry]:
+    """The process's ingestor, fresh for the test (no memory of other tests' nodes), shut down after it."""
+    settings.TELEMETRY_FLUSH_INTERVAL_MS = FLUSH_INTERVAL_MS  # read when a batch starts
+    await ingest.ingestor.shutdown()  # forgets what an earlier test's nodes stored
     yield StoredTelemetry()
-    await ingest.get_ingestor().aclose()  # writes what is pending, closes its writer thread's connection
+    await ingest.ingestor.shutdown()  # writes what is pending, closes its writer thread's connection

@@ -8,9 +8,8 @@ from channels.layers import get_channel_layer
 
 from agents import protocol
 from apps.accounts.models import AuditLogEntry
-from apps.gateway import sinks
 from apps.gateway.models import GatewayCounter, NodeAgent
-from apps.gateway.push import node_group
+from apps.gateway.push import agent_group
 from apps.inventory.choices import Liveness
 from apps.inventory.models import Node
 from tests.gateway.conftest import NOW, enrolled_node, eventually, in_db
@@ -184,10 +183,10 @@ async def test_an_abandoned_earlier_connection_does_not_close_the_one_that_repla
     hello_at = await in_db(lambda: NodeAgent.objects.get(node=node).connected_at.timestamp())()
 
     announce = get_channel_layer().group_send
-    await announce(node_group(node.pk), {"type": "agent.superseded", "by": "specific.old!1", "hello_at": hello_at - 5})
+    await announce(agent_group(node.pk), {"type": "agent.superseded", "by": "specific.old!1", "hello_at": hello_at - 5})
     assert (await agent.roundtrip()).seq == 1
 
-    await announce(node_group(node.pk), {"type": "agent.superseded", "by": "specific.new!1", "hello_at": hello_at + 5})
+    await announce(agent_group(node.pk), {"type": "agent.superseded", "by": "specific.new!1", "hello_at": hello_at + 5})
     assert await agent.close_code() == protocol.CloseCode.SUPERSEDED
 
 
@@ -199,23 +198,6 @@ async def test_it_refuses_a_protocol_version_it_does_not_speak(connect_agent):
 
     assert (reply.code, reply.message) == ("protocol_version", "This server speaks protocol 1, not 2.")
     assert await agent.close_code() == 4426
-
-
-async def test_it_refuses_telemetry_honestly_while_storage_is_not_ready(connect_agent, storage, monkeypatch):
-    async def storage_not_ready(node_id: int, message: protocol.Telemetry) -> int:  # a fault injector
-        raise sinks.NotReady("Telemetry storage is not ready; keep the data buffered.")
-
-    monkeypatch.setattr(sinks, "store_telemetry", storage_not_ready)
-    node, credential = await in_db(enrolled_node)()
-    agent = await connect_agent(credential, node.hostname)
-    await agent.hello()
-
-    await agent.send(agent.telemetry(seq=9))
-
-    reply = await agent.receive()
-    assert (reply.code, reply.seq, reply.stream) == ("not_ready", 9, "telemetry")
-    assert reply.message == "Telemetry storage is not ready; keep the data buffered."
-    assert await storage.sample_times(node) == []
 
 
 async def test_it_marks_the_node_online_and_seen_on_heartbeats(connect_agent):

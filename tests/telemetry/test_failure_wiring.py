@@ -1,5 +1,6 @@
-"""What the telemetry pipeline hands to apps.failures: each new events message, and each GPU's
-counters compared with its previous sample. A replayed duplicate raises nothing twice."""
+"""What the telemetry pipeline hands to apps.failures: each new events message, and (through the
+``TelemetryStored`` event the counter watch subscribes to) each GPU's counters compared with its
+previous sample. A replayed duplicate raises nothing twice."""
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -33,7 +34,7 @@ def ecc_sample(ts: float, uncorrected: int) -> NodeSample:
 @pytest.mark.django_db(transaction=True)
 async def test_a_rising_uncorrected_ecc_count_in_stored_samples_raises_a_failure(make_node):
     node = await sync_to_async(make_node)()
-    ingestor = Ingestor(on_stored=lambda stored: None, flush_interval_s=0.05)
+    ingestor = Ingestor(flush_interval_s=0.05)
     try:
         await ingestor.submit(node.pk, Telemetry(seq=1, samples=[ecc_sample(T0, 0), ecc_sample(T0 + 1, 0)]))
         assert not await sync_to_async(Failure.objects.filter(node=node).exists)()
@@ -44,5 +45,5 @@ async def test_a_rising_uncorrected_ecc_count_in_stored_samples_raises_a_failure
         )
         assert failures == [("ecc", 2, 1)]
     finally:
-        await ingestor.aclose()
+        await ingestor.shutdown()
         await sync_to_async(connections.close_all)()

@@ -8,7 +8,7 @@ from django.db import models, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from apps.dashboard.publish import publish_node_state
+from apps.core.events import NodeChanged, announce
 from apps.inventory.choices import GpuState, Lifecycle, LinkState, Liveness, PortKind, SwitchTier
 from apps.inventory.models.clusters import Cluster, NodeType, Rack
 
@@ -184,7 +184,7 @@ class Node(models.Model):
                 node=self, from_state=current, to_state=to, actor=actor, user=user, reason=reason, at=now
             )
         self.lifecycle, self.lifecycle_changed_at = to, now
-        publish_node_state(self)
+        announce(NodeChanged(self.pk, "lifecycle"))
         return record
 
     # Topology ----------------------------------------------------------------------------------

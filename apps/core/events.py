@@ -1,0 +1,173 @@
+"""Domain events: how a change made in one app reaches the others that care, once it is committed.
+
+The domain announces what happened where it makes the change (``announce(NodeChanged(...))`` in
+``Node.transition``). The announcement waits for the transaction to commit, then goes to every
+subscriber of its type, one after another, on the thread that committed and outside any transaction:
+
+- a change that is rolled back is never delivered, nor one announced in a savepoint that is rolled
+  back (Django drops its on-commit callbacks); outside a transaction, delivery is at once;
+- the same event announced twice in one transaction is delivered once: an XID storm repeats one
+  failure fifty times in a transaction, and its subscribers read the committed row once;
+- a subscriber that raises is logged as a warning with its cause and counted (``bus.failures``, by
+  subscriber); the change stays committed and the other subscribers still hear of it.
+
+Subscribers register in their app's ``AppConfig.ready()`` and know nothing of each other (NetBox's
+extras/events.py is the model: the model announces, the presenters and adapters listen). Today:
+
+- the live streams (apps/dashboard/apps.py): node and failure changes, and stored telemetry, to browsers;
+- the failures' counter watch (apps/failures/apps.py): ECC, row-remapping and recovery-action
+  counters in stored telemetry raise failures.
+
+Where a subscriber runs matters: it holds up the committing thread for as long as it runs. One that
+does database work does it there, in transactions of its own (the counter watch, on the ingest's
+writer thread, before the agent gets its ack). One that lives on an event loop hands the event over
+and returns (the live publisher: ``call_soon_threadsafe`` to its loop). Anything slow, remote or
+that must be retried is queued as a Celery task that takes ids, never done on the committing thread.
+That is how the subscribers still to come will listen:
+
+- notifications (apps/notify): on ``FailureChanged``, an outbox row in a transaction of their own,
+  delivered with retries by a task;
+- the audit of automatic actions: on what the automation announces (a quarantine refused, ...), an
+  audit row;
+- scheduler adapters (Slurm, Kubernetes): on ``NodeChanged``, a task with the node's id that drains or
+  resumes it in the scheduler.
+
+An event is a frozen dataclass here: ids and the few facts a subscriber needs to decide whether it
+cares, not rows (a subscriber reads the committed state). The runs-and-commands work adds its own the
+same way, e.g. ``CommandProgressed(command_id, run_id, node_id, ...)`` and
+``QuarantineRefused(node_id, reason)``, and announces them where the change is made.
+
+This module imports no app: every layer above it may announce and subscribe.
+"""
+
+import logging
+import threading
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Literal, NamedTuple, TypeVar
+
+from django.db import DEFAULT_DB_ALIAS, transaction
+
+from agents.protocol import Telemetry
+
+log = logging.getLogger(__name__)
+
+
+class DomainEvent:
+    """Base of every event. Events are values: two equal ones announced in one transaction are
+    delivered once (an event whose payload is not a plain value compares by identity instead)."""
+
+    __slots__ = ()
+
+
+E = TypeVar("E", bound=DomainEvent)
+Subscriber = Callable[[E], None]
+
+
+# The events -----------------------------------------------------------------------------------
+
+NodeChange = Literal["lifecycle", "liveness"]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeChanged(DomainEvent):
+    """A node's lifecycle state (``Node.transition``) or liveness (the gateway) changed."""
+
+    node_id: int
+    change: NodeChange
+
+
+FailureChange = Literal["opened", "repeated", "linked", "recovery_action", "acknowledged", "resolved"]
+
+
+@dataclass(frozen=True, slots=True)
+class FailureChanged(DomainEvent):
+    """A failure was opened, counted again, linked to its cause, told a recovery action, acknowledged or
+    resolved (apps/failures). Its side effects resolved with it are not announced one by one."""
+
+    failure_id: int
+    node_id: int
+    change: FailureChange
+
+
+class NodeTelemetry(NamedTuple):
+    node_id: int
+    message: Telemetry
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TelemetryStored(DomainEvent):
+    """Telemetry messages just committed by the ingest, each once: a replayed duplicate is not among them."""
+
+    messages: tuple[NodeTelemetry, ...]
+
+    def __repr__(self) -> str:  # a batch can hold a thousand nodes' samples: not for a log line
+        return f"TelemetryStored({len(self.messages)} messages)"
+
+
+# Delivery -------------------------------------------------------------------------------------
+
+
+class _Commit:
+    """The announcements of one transaction on one connection, delivered once it commits."""
+
+    __slots__ = ("delivered", "delivering")
+
+    def __init__(self) -> None:
+        self.delivered: set[DomainEvent] = set()
+        self.delivering = False
+
+
+class EventBus:
+    def __init__(self) -> None:
+        self._subscribers: defaultdict[type[DomainEvent], list[Subscriber]] = defaultdict(list)
+        self._local = threading.local()  # this thread's _Commit per database alias, as its connections
+        self.failures: Counter[str] = Counter()  # subscribers that raised, by name
+
+    def subscribe(self, event_type: type[E], subscriber: Subscriber[E]) -> None:
+        """Call ``subscriber`` with every ``event_type`` event once it is committed."""
+        if subscriber not in self._subscribers[event_type]:
+            self._subscribers[event_type].append(subscriber)
+
+    def unsubscribe(self, event_type: type[E], subscriber: Subscriber[E]) -> None:
+        self._subscribers[event_type].remove(subscriber)
+
+    def announce(self, event: DomainEvent, *, using: str = DEFAULT_DB_ALIAS) -> None:
+        """Deliver ``event`` once the current transaction on ``using`` commits (at once outside one).
+        Synchronous code only, like the transaction it waits for."""
+        commits: dict[str, _Commit] = self._local.__dict__.setdefault("commits", {})
+        commit = commits.get(using)
+        if commit is None or commit.delivering:  # the first announcement since the last commit
+            commit = commits[using] = _Commit()
+        transaction.on_commit(partial(self._deliver, commit, event), using=using)
+
+    def _deliver(self, commit: _Commit, event: DomainEvent) -> None:
+        commit.delivering = True
+        if event in commit.delivered:
+            return
+        commit.delivered.add(event)
+        for subscriber in list(self._subscribers.get(type(event), ())):
+            try:
+                subscriber(event)
+            except Exception as exc:
+                name = _name(subscriber)
+                self.failures[name] += 1
+                log.warning(
+                    "%s failed on %s (the change is committed; the other subscribers heard of it): %s",
+                    name,
+                    event,
+                    exc,
+                    exc_info=True,
+                )
+
+
+def _name(subscriber: Callable[..., object]) -> str:
+    return f"{getattr(subscriber, '__module__', '?')}.{getattr(subscriber, '__qualname__', repr(subscriber))}"
+
+
+bus = EventBus()
+announce = bus.announce
+subscribe = bus.subscribe
+unsubscribe = bus.unsubscribe
