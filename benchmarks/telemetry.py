@@ -152,7 +152,7 @@ def server_environment() -> dict[str, str]:
 
 def start_server(port: int, workers: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "uvicorn", "controlplane.asgi:application", "--host", "127.0.0.1"]
-    command += ["--port", str(port), "--lifespan", "off", "--log-level", "warning", "--workers", str(workers)]
+    command += ["--port", str(port), "--lifespan", "on", "--log-level", "warning", "--workers", str(workers)]
     server = subprocess.Popen(command, cwd=REPO, env=env, stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while True:

@@ -238,7 +238,9 @@ def start_application(supervisor: Supervisor, env: Mapping[str, str], port: int)
     """The ASGI server, a Celery worker consuming every queue, and Celery beat."""
     python = sys.executable
     server = ["uvicorn", "controlplane.asgi:application", "--host", HOST, "--port", str(port)]
-    supervisor.start("web", [python, "-m", *server, "--lifespan", "off"], env)  # Django has no lifespan handlers
+    # The lifespan (controlplane/lifespan.py) starts the process's parts and, at a stop, lets the
+    # ingestor write what is pending before the server exits.
+    supervisor.start("web", [python, "-m", *server, "--lifespan", "on"], env)
     celery = [python, "-m", "celery", "-A", "controlplane"]
     # Without -Q the worker consumes every queue declared in CELERY_TASK_QUEUES.
     supervisor.start("worker", [*celery, "worker", "--concurrency", "2", "--loglevel", "INFO"], env)
