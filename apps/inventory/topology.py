@@ -12,7 +12,7 @@ full-duplex link saturates one direction at a time. For a node or a switch it is
 its node links that reported: max(Σ tx, Σ rx) / Σ rate.
 
 Closer in, one node's NVLink matrix with ``nvidia-smi topo -m``'s labels and one port's path up the
-fabric as hops to read. The models answer with structured data (``Node.nvlink_grid``,
+fabric as hops to read. The models answer with structured data (``NvLink.objects.grid_of``,
 ``trace_port``); the words and labels people read are made here, for the API and the dashboard alike.
 """
 
@@ -347,7 +347,7 @@ class NvLinkMatrix(TypedDict):
 
 def nvlink_matrix(node: Node) -> NvLinkMatrix:
     """The node's NVLinks GPU by GPU, with the labels ``nvidia-smi topo -m`` prints: two queries."""
-    grid = node.nvlink_grid()
+    grid = NvLink.objects.grid_of(node)
     labels = [[topo_label(lanes, same_gpu=i == j) for j, lanes in enumerate(row)] for i, row in enumerate(grid.lanes)]
     return {"gpu_indices": grid.gpu_indices, "lanes": grid.lanes, "bandwidth_gbs": grid.bandwidth_gbs, "labels": labels}
 

@@ -7,7 +7,7 @@ import pytest
 
 from apps.inventory.bandwidth import theoretical_busbw
 from apps.inventory.choices import LinkState, SwitchTier
-from apps.inventory.models import Link, NetworkPort, Node, NvLink, SwitchPort
+from apps.inventory.models import Link, NetworkPort, Node, NvLink, Switch, SwitchPort
 from apps.inventory.models.fabric import trace_port
 from apps.inventory.topology import nvlink_matrix, trace_hops
 from tests import factories
@@ -81,7 +81,7 @@ def test_104_nodes_under_a_leaf_and_their_siblings(two_leaves):
     assert set(Node.objects.under_switch(first_leaf)) == {a, b}
     assert set(Node.objects.under_switch(second_leaf)) == {c, d}
     assert list(a.siblings_under_leaf()) == [b]
-    assert list(a.leaf_switches()) == [first_leaf]
+    assert list(Switch.objects.leaves_of(a)) == [first_leaf]
 
 
 def test_105_nvlink_matrix_reads_like_nvidia_smi_topo(two_leaves):
@@ -135,7 +135,7 @@ def test_109_gpus_no_nvlink_joins_read_sys(h100):
     gpu0, gpu1 = node.gpus.order_by("index")[:2]
     NvLink.objects.create(gpu_a=gpu0, gpu_b=gpu1, lanes=12, bandwidth_gbs=600)
 
-    grid = node.nvlink_grid()
+    grid = NvLink.objects.grid_of(node)
     assert (grid.lanes[0][1], grid.lanes[1][0], grid.lanes[0][2], grid.lanes[0][0]) == (12, 12, None, None)
     assert nvlink_matrix(node)["labels"][0][:3] == ["X", "NV12", "SYS"]
 

@@ -308,7 +308,7 @@ class NodePage(DashboardPage):
         window = self.request.GET.get("window", "15m")
         return super().get_context_data(**kwargs) | {
             "node": node,
-            "leaves": list(node.leaf_switches().values_list("name", flat=True).order_by("name")),
+            "leaves": list(Switch.objects.leaves_of(node).values_list("name", flat=True).order_by("name")),
             "alarms": alarm_summary([(f.severity, f.gpu_index, f.kind) for f in active if not f.is_side_effect]),
             "active_failures": active,
             "resolved_failures": resolved,

@@ -42,6 +42,12 @@ class Fabric(models.Model):
         return self.name
 
 
+class SwitchQuerySet(models.QuerySet["Switch"]):
+    def leaves_of(self, node: Node) -> "SwitchQuerySet":
+        """The switches the node's ports are cabled to."""
+        return self.filter(ports___peer_network_port__node=node).distinct()
+
+
 class Switch(models.Model):
     name = models.CharField(max_length=64, unique=True)
     fabric = models.ForeignKey(Fabric, on_delete=models.PROTECT, related_name="switches")
@@ -49,6 +55,8 @@ class Switch(models.Model):
     model = models.CharField(max_length=64, blank=True, help_text="e.g. NVIDIA QM9700")
     rack = models.ForeignKey(Rack, on_delete=models.SET_NULL, null=True, blank=True, related_name="switches")
     management_address = models.GenericIPAddressField(null=True, blank=True)
+
+    objects = SwitchQuerySet.as_manager()
 
     class Meta:
         ordering = ["fabric", "tier", "name"]
@@ -170,6 +178,30 @@ class LinkTermination(models.Model):
         return self.network_port or self.switch_port  # type: ignore[return-value]
 
 
+@dataclass(frozen=True)
+class NvLinkGrid:
+    """A node's GPU pairs, by position in ``gpu_indices``: the NVLink lanes between them and its
+    bandwidth in GB/s (0 while the link is down); None for a pair no NVLink joins, and on the diagonal."""
+
+    gpu_indices: list[int]
+    lanes: list[list[int | None]]
+    bandwidth_gbs: list[list[int | None]]
+
+
+class NvLinkQuerySet(models.QuerySet["NvLink"]):
+    def grid_of(self, node: Node) -> NvLinkGrid:
+        """The NVLinks between the node's GPUs, pair by pair: two queries."""
+        indices = list(node.gpus.order_by("index").values_list("index", flat=True))
+        position = {index: i for i, index in enumerate(indices)}
+        lanes: list[list[int | None]] = [[None] * len(indices) for _ in indices]
+        bandwidth: list[list[int | None]] = [[None] * len(indices) for _ in indices]
+        for link in self.filter(_node=node).select_related("gpu_a", "gpu_b"):
+            i, j = position[link.gpu_a.index], position[link.gpu_b.index]
+            lanes[i][j] = lanes[j][i] = link.lanes
+            bandwidth[i][j] = bandwidth[j][i] = link.bandwidth_gbs if link.is_up else 0
+        return NvLinkGrid(indices, lanes, bandwidth)
+
+
 class NvLink(models.Model):
     """NVLink between two GPUs of one node, direct or through the node's NVSwitches."""
 
@@ -179,6 +211,8 @@ class NvLink(models.Model):
     bandwidth_gbs = models.PositiveIntegerField(help_text="Total bandwidth between the pair, both directions, GB/s.")
     link_state = models.CharField(max_length=16, choices=LinkState.choices, default=LinkState.ACTIVE)
     _node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+", editable=False)
+
+    objects = NvLinkQuerySet.as_manager()
 
     class Meta:
         ordering = ["_node", "gpu_a__index", "gpu_b__index"]

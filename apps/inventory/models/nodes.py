@@ -1,4 +1,3 @@
-from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
@@ -27,16 +26,6 @@ REASON_REQUIRED = frozenset({Lifecycle.QUARANTINED, Lifecycle.DRAINED, Lifecycle
 
 class IllegalTransition(Exception):
     """A lifecycle change the state machine forbids, or one that lost a race with another."""
-
-
-@dataclass(frozen=True)
-class NvLinkGrid:
-    """A node's GPU pairs, by position in ``gpu_indices``: the NVLink lanes between them and its
-    bandwidth in GB/s (0 while the link is down); None for a pair no NVLink joins, and on the diagonal."""
-
-    gpu_indices: list[int]
-    lanes: list[list[int | None]]
-    bandwidth_gbs: list[list[int | None]]
 
 
 class NodeQuerySet(models.QuerySet["Node"]):
@@ -189,32 +178,13 @@ class Node(models.Model):
 
     # Topology ----------------------------------------------------------------------------------
 
-    def leaf_switches(self) -> models.QuerySet:
-        from apps.inventory.models.fabric import Switch
-
-        return Switch.objects.filter(ports___peer_network_port__node=self).distinct()
-
     def siblings_under_leaf(self) -> NodeQuerySet:
         """Other nodes sharing a leaf switch with this one: the natural peer group to compare."""
         return (
-            Node.objects.filter(ports___peer_switch_port__switch__in=self.leaf_switches())
+            Node.objects.filter(ports___peer_switch_port__switch__ports___peer_network_port__node=self)
             .exclude(pk=self.pk)
             .distinct()
         )
-
-    def nvlink_grid(self) -> NvLinkGrid:
-        """The NVLinks between the node's GPUs, pair by pair: two queries."""
-        from apps.inventory.models.fabric import NvLink
-
-        indices = list(self.gpus.order_by("index").values_list("index", flat=True))
-        position = {index: i for i, index in enumerate(indices)}
-        lanes: list[list[int | None]] = [[None] * len(indices) for _ in indices]
-        bandwidth: list[list[int | None]] = [[None] * len(indices) for _ in indices]
-        for link in NvLink.objects.filter(_node=self).select_related("gpu_a", "gpu_b"):
-            i, j = position[link.gpu_a.index], position[link.gpu_b.index]
-            lanes[i][j] = lanes[j][i] = link.lanes
-            bandwidth[i][j] = bandwidth[j][i] = link.bandwidth_gbs if link.is_up else 0
-        return NvLinkGrid(indices, lanes, bandwidth)
 
 
 class NodeTransition(models.Model):
