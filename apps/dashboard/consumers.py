@@ -46,13 +46,13 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from apps.core.clock import Clock, LoopClock
+from apps.core.websockets import client_gone
 from apps.dashboard import streams, watchers
 from apps.dashboard.access import refusal_now, refusal_on_connect
 from apps.dashboard.deltas import LiveView, Tree
 from apps.dashboard.live_streams import live_streams
 from apps.dashboard.messages import FAILURES_GROUP, FLEET_GROUP, node_group
 from apps.dashboard.pacing import DeltaPacing
-from controlplane.websockets import client_gone
 
 log = logging.getLogger(__name__)
 

@@ -27,6 +27,7 @@ from django.utils import timezone
 from agents import protocol
 from apps.accounts.audit import record
 from apps.core.process import DatabaseThread
+from apps.core.websockets import client_gone
 from apps.gateway import liveness, sinks
 from apps.gateway.bookkeeping import bookkeeper
 from apps.gateway.choices import CounterCode
@@ -34,7 +35,6 @@ from apps.gateway.discovery import apply_inventory
 from apps.gateway.models import NodeAgent, NodeCredential
 from apps.gateway.push import agent_group
 from apps.inventory.models import Node
-from controlplane.websockets import client_gone
 
 logger = logging.getLogger(__name__)
 

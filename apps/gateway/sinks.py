@@ -2,19 +2,22 @@
 to ``apps.failures`` (which raises and resolves liveness failures) and, as a domain event, to whoever
 listens (apps/core/events.py: the live streams, among others).
 
-These functions are the only place the gateway touches those apps. Tests replace the storage ones
-with recorders.
+These functions are the only place the gateway touches those apps; a test that breaks storage on
+purpose replaces one of them with a fault injector.
 """
 
 import logging
+
+from django.db import transaction
 
 from agents import protocol
 from apps.accounts.audit import record
 from apps.core.events import NodeChanged, announce
 from apps.failures.events import node_recovered as resolve_liveness_failures
 from apps.failures.events import node_unreachable as raise_liveness_failure
+from apps.failures.events import record_events as raise_failures
 from apps.inventory.models import Node
-from apps.telemetry.events import record_events
+from apps.telemetry.events import store_events as store_agent_events
 from apps.telemetry.ingest import ingestor
 from apps.telemetry.models import TelemetryCursor
 
@@ -27,8 +30,13 @@ async def store_telemetry(node_id: int, message: protocol.Telemetry) -> int:
 
 
 def store_events(node_id: int, message: protocol.Events) -> int:
-    """Store the events (and raise the failures they mean); return the highest seq stored."""
-    return record_events(node_id, message)
+    """Store the events and raise the failures they mean, in one transaction (a stored event never
+    lacks its failure); return the highest seq stored. A replay stores and raises nothing."""
+    with transaction.atomic():
+        stored_seq, new = store_agent_events(node_id, message)
+        if new:
+            raise_failures(node_id, message)
+    return stored_seq
 
 
 def stored_cursors(node_id: int) -> tuple[int, int]:

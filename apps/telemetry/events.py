@@ -2,7 +2,8 @@
 
 This is the storage half: the events as received, the node's events cursor, and the last XID of
 each GPU (for /metrics). Turning events into failures with a severity and a recommended action
-belongs to apps.failures, which this hands each new message to.
+belongs to apps.failures; the gateway (apps/gateway/sinks.py) calls both in one transaction, so a
+stored event and the failure it raises commit together, and a replay raises nothing.
 """
 
 from datetime import UTC, datetime
@@ -11,18 +12,18 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from agents.protocol import Events
-from apps.failures.events import record_events as raise_failures
 from apps.telemetry.models import AgentEvent, LatestXid
 from apps.telemetry.storage import advance_cursors, lock_cursors
 
 
-def record_events(node_id: int, message: Events) -> int:
-    """Store the message's events unless its seq is already stored; return the node's events seq."""
+def store_events(node_id: int, message: Events) -> tuple[int, bool]:
+    """Store the message's events unless its seq is already stored; return the node's events seq and
+    whether this message was new (False: a replay of what is stored, and nothing was written)."""
     now = timezone.now()
     with transaction.atomic(), connection.cursor() as cursor:
         stored_seq = lock_cursors(cursor, [node_id], "events_seq", now)[node_id]
         if message.seq <= stored_seq:
-            return stored_seq
+            return stored_seq, False
         events = [
             AgentEvent(
                 node_id=node_id,
@@ -38,9 +39,8 @@ def record_events(node_id: int, message: Events) -> int:
         ]
         AgentEvent.objects.bulk_create(events)
         _remember_last_xids(node_id, events)
-        raise_failures(node_id, message)  # in this transaction, after the seq check: a replay raises nothing
         advance_cursors(cursor, {node_id: message.seq}, "events_seq", now)
-    return message.seq
+    return message.seq, True
 
 
 def _remember_last_xids(node_id: int, events: list[AgentEvent]) -> None:

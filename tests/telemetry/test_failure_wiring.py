@@ -1,6 +1,7 @@
-"""What the telemetry pipeline hands to apps.failures: each new events message, and (through the
-``TelemetryStored`` event the counter watch subscribes to) each GPU's counters compared with its
-previous sample. A replayed duplicate raises nothing twice."""
+"""What the telemetry pipeline hands to apps.failures: each new events message (the gateway's sinks
+store it and raise its failures in one transaction), and (through the ``TelemetryStored`` event the
+counter watch subscribes to) each GPU's counters compared with its previous sample. A replayed
+duplicate raises nothing twice."""
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -8,7 +9,7 @@ from django.db import connections
 
 from agents.protocol import Events, GpuEvent, GpuSample, NodeSample, Telemetry
 from apps.failures.models import Failure
-from apps.telemetry.events import record_events
+from apps.gateway.sinks import store_events
 from apps.telemetry.ingest import Ingestor
 from tests.telemetry.conftest import T0
 
@@ -20,8 +21,8 @@ def xid_message(seq: int, code: int, gpu: int = 3) -> Events:
 @pytest.mark.django_db
 def test_a_new_events_message_raises_its_failures_and_a_replay_does_not(make_node):
     node = make_node()
-    record_events(node.pk, xid_message(1, 79))
-    record_events(node.pk, xid_message(1, 79))  # the same frame again after a reconnect
+    assert store_events(node.pk, xid_message(1, 79)) == 1
+    assert store_events(node.pk, xid_message(1, 79)) == 1  # the same frame again after a reconnect
     failure = Failure.objects.get(node=node)
     assert (failure.xid, failure.gpu_index, failure.count) == (79, 3, 1)
 

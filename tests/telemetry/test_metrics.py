@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agents.protocol import Events, GpuEvent, GpuSample, NodeSample, Telemetry
 from apps.accounts.roles import Role
 from apps.inventory.models import Gpu
-from apps.telemetry.events import record_events
+from apps.telemetry.events import store_events
 from apps.telemetry.metrics import FAMILIES, render_metrics
 from apps.telemetry.models import GPU_METRIC_FIELDS, LatestGpuSample
 from apps.telemetry.storage import Submission, write_batch
@@ -88,7 +88,7 @@ def test_it_exports_the_last_xid_and_derived_free_memory(make_node):
     node = make_node()
     Gpu.objects.filter(node=node, index=0).update(memory_mib=81_559)
     report(node, gpu_sample(0, mem_used_mib=1_559), gpu_sample(1))
-    record_events(node.pk, Events(seq=1, events=[GpuEvent(ts=time.time(), kind="xid", gpu_index=0, xid=79)]))
+    store_events(node.pk, Events(seq=1, events=[GpuEvent(ts=time.time(), kind="xid", gpu_index=0, xid=79)]))
     parsed = families(render_metrics_now())
     assert samples_of(parsed, "DCGM_FI_DEV_XID_ERRORS") == {(node.hostname, "0"): 79}
     assert samples_of(parsed, "DCGM_FI_DEV_FB_FREE") == {(node.hostname, "0"): 80_000}
@@ -164,7 +164,7 @@ def every_field_reported(index: int) -> GpuSample:
 def test_promtool_accepts_the_output(make_node):
     node = make_node()
     report(node, *(every_field_reported(i) for i in range(8)))
-    record_events(node.pk, Events(seq=1, events=[GpuEvent(ts=time.time(), kind="xid", gpu_index=2, xid=48)]))
+    store_events(node.pk, Events(seq=1, events=[GpuEvent(ts=time.time(), kind="xid", gpu_index=2, xid=48)]))
     text = render_metrics_now()
     assert len(families(text)) == len(FAMILIES) - 1  # all but FB_FREE (no memory size in inventory)
     result = subprocess.run(

@@ -1,9 +1,9 @@
-"""Telling a client that left from a send that really failed (controlplane/websockets.py)."""
+"""Telling a client that left from a send that really failed (apps/core/websockets.py)."""
 
 import pytest
 from uvicorn.protocols.utils import ClientDisconnected
 
-from controlplane.websockets import client_gone
+from apps.core.websockets import client_gone
 
 
 @pytest.mark.parametrize(
