@@ -1,0 +1,45 @@
+"""What every message is built from: the protocol's version and limits, the field types with the ranges
+they accept, the two numbered streams, and the ``Message`` base class."""
+
+from typing import Annotated, Final, Literal
+
+import msgspec
+
+PROTOCOL_VERSION: Final = 1
+MAX_FRAME_BYTES: Final = 1 << 20  # 1 MiB: a replayed backlog is sent in several frames
+MAX_GPUS_PER_NODE: Final = 72  # NVL72 racks are the largest NVLink domain shipping
+MAX_PORTS_PER_NODE: Final = 64
+MAX_SAMPLES_PER_FRAME: Final = 600
+MAX_EVENTS_PER_FRAME: Final = 1000
+
+# Numeric ranges. NVML and sysfs counters are unsigned 64-bit; msgspec bounds are int64, and no real
+# counter reaches 2**63.
+Counter = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+Percent = Annotated[float, msgspec.Meta(ge=0, le=100)]
+Celsius = Annotated[float, msgspec.Meta(ge=-40, le=150)]
+Watts = Annotated[float, msgspec.Meta(ge=0, le=5000)]
+Megahertz = Annotated[int, msgspec.Meta(ge=0, le=10_000)]
+Mebibytes = Annotated[int, msgspec.Meta(ge=0, le=4 * 1024 * 1024)]
+Gbps = Annotated[float, msgspec.Meta(ge=0, le=10_000)]
+KBps = Annotated[int, msgspec.Meta(ge=0, le=10**10)]
+GpuIndex = Annotated[int, msgspec.Meta(ge=0, lt=MAX_GPUS_PER_NODE)]
+Timestamp = Annotated[float, msgspec.Meta(ge=1_500_000_000, le=4_102_444_800)]  # 2017 .. 2100, seconds
+Seq = Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
+ShortText = Annotated[str, msgspec.Meta(max_length=128)]
+Hostname = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")
+]
+GpuUuid = Annotated[
+    str, msgspec.Meta(pattern=r"^GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+]
+PortState = Literal["active", "down", "init", "polling", "unknown"]
+PortDevice = Annotated[str, msgspec.Meta(min_length=1, max_length=32)]  # an HCA, "mlx5_0"
+PortNumber = Annotated[int, msgspec.Meta(ge=1, le=255)]  # a port of that HCA
+# The two numbered streams, named as their frames' types: every Telemetry and every Events frame takes
+# the next seq of its own stream, and the server acknowledges (or refuses) per stream.
+Stream = Literal["telemetry", "events"]
+STREAMS: Final[tuple[Stream, ...]] = ("telemetry", "events")
+
+
+class Message(msgspec.Struct, tag_field="type", forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
+    """Base of every message; the subclass's tag is the JSON ``type`` field."""

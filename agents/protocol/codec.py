@@ -1,0 +1,78 @@
+"""Encoding messages, and decoding them into a ``ProtocolError`` for anything the protocol refuses: a
+code, a message naming the field, and the frame's seq and stream as far as they can be read."""
+
+from types import UnionType
+from typing import get_args
+
+import msgspec
+
+from agents.protocol.base import MAX_FRAME_BYTES, STREAMS, Message, Stream
+from agents.protocol.session import Error, ErrorCode
+
+
+class ProtocolError(Exception):
+    """A refused frame: the code and message of the Error reply, and the frame's seq and stream as far
+    as they could be read from it, so the agent knows what was refused."""
+
+    def __init__(self, code: ErrorCode, message: str, *, seq: int | None = None, stream: Stream | None = None) -> None:
+        super().__init__(message)
+        self.code: ErrorCode = code
+        self.message = message
+        self.seq = seq
+        self.stream = stream
+
+    def reply(self) -> Error:
+        return Error(code=self.code, message=self.message, seq=self.seq, stream=self.stream)
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def encode(message: Message) -> bytes:
+    return _encoder.encode(message)
+
+
+class Decoder:
+    """Decodes the messages of one union (what an agent sends, what a check writes), or raises
+    ProtocolError: ``oversize`` past MAX_FRAME_BYTES, ``malformed`` for what is not JSON,
+    ``unknown_type`` for a type outside the union, ``invalid`` for anything else msgspec refuses."""
+
+    def __init__(self, messages: UnionType) -> None:
+        self._decoder = msgspec.json.Decoder(messages)
+        self._tags = frozenset(message.__struct_config__.tag for message in get_args(messages))
+
+    def decode(self, frame: bytes | str) -> Message:
+        if len(frame) > MAX_FRAME_BYTES:
+            _, seq, stream = _header(frame)
+            message = f"Frame of {len(frame)} bytes exceeds the {MAX_FRAME_BYTES}-byte limit."
+            raise ProtocolError("oversize", message, seq=seq, stream=stream)
+        try:
+            return self._decoder.decode(frame)
+        except msgspec.ValidationError as exc:
+            kind, seq, stream = _header(frame)
+            if isinstance(kind, str) and kind not in self._tags:
+                message = f"Unknown message type {kind!r}; expected one of {sorted(self._tags)}."
+                raise ProtocolError("unknown_type", message, seq=seq) from exc
+            raise ProtocolError("invalid", str(exc), seq=seq, stream=stream) from exc
+        except msgspec.DecodeError as exc:
+            raise ProtocolError("malformed", f"Not a JSON message: {exc}") from exc
+
+
+class _Header(msgspec.Struct):
+    """What a frame that failed validation says about itself; any JSON value is accepted in each field."""
+
+    type: object = None
+    seq: object = None
+
+
+_header_decoder = msgspec.json.Decoder(_Header)
+
+
+def _header(frame: bytes | str) -> tuple[object, int | None, Stream | None]:
+    """The type, seq and stream a refused frame names, each None where it names none (or is no JSON object)."""
+    try:
+        header = _header_decoder.decode(frame)
+    except msgspec.DecodeError:
+        return None, None, None
+    seq = header.seq if type(header.seq) is int else None  # not a bool, a string or a float
+    return header.type, seq, header.type if header.type in STREAMS else None  # type: ignore[return-value]
