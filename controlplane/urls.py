@@ -2,8 +2,8 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from apps.core.api.metrics import MetricsView
 from apps.dashboard.urls import auth_urlpatterns
-from apps.telemetry.metrics import MetricsView
 
 api_v1 = [
     path("", include("apps.accounts.api.urls")),
