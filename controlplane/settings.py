@@ -9,7 +9,6 @@ from pathlib import Path
 
 import dj_database_url
 from celery.schedules import crontab
-from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 from kombu import Queue
 
@@ -43,13 +42,13 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI served from our static files: no CDN at run time
     "django_celery_beat",
-    "csp",
     "channels",
     "apps.accounts",
     "apps.inventory",
     "apps.costs",
     "apps.failures",
     "apps.telemetry",
+    "apps.jobs",
     "apps.dashboard",
     "apps.gateway",
     "controlplane",  # the project's own management commands: seed_demo, which make demo runs
@@ -57,7 +56,6 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "controlplane.csp.ContentSecurityPolicyMiddleware",
     "servestatic.middleware.ServeStaticMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -162,10 +160,23 @@ AGENT_LIVENESS_SWEEP_S = env_int("AGENT_LIVENESS_SWEEP_S", 5, minimum=1)
 if AGENT_UNREACHABLE_AFTER_S - AGENT_LIVENESS_SWEEP_S < 4:
     raise ImproperlyConfigured("AGENT_UNREACHABLE_AFTER_S must exceed AGENT_LIVENESS_SWEEP_S by at least 4 s.")
 
+# Runs and commands (apps/jobs): a command unanswered for JOBS_ACK_TIMEOUT_S is sent again; the sweep
+# that does whatever a lost task left undone runs every JOBS_SWEEP_S (apps/jobs/dispatch.py).
+JOBS_ACK_TIMEOUT_S = env_int("JOBS_ACK_TIMEOUT_S", 10, minimum=1)
+JOBS_SWEEP_S = env_int("JOBS_SWEEP_S", 5, minimum=1)
+
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
-# Every Redis key and channel of the broker starts with this, so that installations can share one
-# Redis database (the demo derives one from its var directory).
-CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": env_str("CELERY_KEY_PREFIX", "")}
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    # Every Redis key and channel of the broker starts with this, so that installations can share one
+    # Redis database (the demo derives one from its var directory).
+    "global_keyprefix": env_str("CELERY_KEY_PREFIX", ""),
+    # How long a message taken by a worker and not yet acknowledged stays with it. acks_late tasks
+    # (apps/jobs) are acknowledged only when done, so a worker killed with -9 leaves its message
+    # unacknowledged, and Redis hands it to a worker again after this. It must exceed the longest
+    # task's hard time limit (60 s), or a task still running would be delivered to a second worker too.
+    # Those tasks are idempotent, and the jobs sweep redoes their work sooner; this is the backstop.
+    "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT_S", 300, minimum=120),
+}
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "default"
@@ -173,16 +184,20 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 # would hold its messages with no worker to read them (tests/test_settings.py checks every task's queue).
 # default: orchestration; maintenance: purges, retention; telemetry: rollups, straggler flags.
 # gateway: the liveness sweep, on its own so that a backlog of slow work never delays it.
-CELERY_TASK_QUEUES = [Queue("default"), Queue("maintenance"), Queue("telemetry"), Queue("gateway")]
+# jobs: runs and commands (starting runs, sending commands, their deadlines, judging).
+CELERY_TASK_QUEUES = [Queue("default"), Queue("maintenance"), Queue("telemetry"), Queue("gateway"), Queue("jobs")]
 # Each app's tasks go to one queue, so a backlog of rollups never delays an audit purge or a burn-in.
 CELERY_TASK_ROUTES = {
     "apps.accounts.tasks.*": {"queue": "maintenance"},
     "apps.failures.tasks.*": {"queue": "telemetry"},
     "apps.telemetry.tasks.*": {"queue": "telemetry"},
     "apps.gateway.tasks.*": {"queue": "gateway"},
+    "apps.jobs.tasks.*": {"queue": "jobs"},
 }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Each worker process reserves one message at a time: with acks_late, a message reserved by a busy
+# process waits for it (and is lost to the others until the visibility timeout if the worker dies).
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SOFT_TIME_LIMIT = 300
 CELERY_TASK_TIME_LIMIT = 360
@@ -193,6 +208,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "apps.gateway.tasks.sweep_liveness",
         "schedule": AGENT_LIVENESS_SWEEP_S,
         "options": {"expires": AGENT_LIVENESS_SWEEP_S},
+    },
+    "jobs-sweep": {
+        "task": "apps.jobs.tasks.sweep",
+        "schedule": JOBS_SWEEP_S,
+        "options": {"expires": JOBS_SWEEP_S},
     },
     "purge-audit-log": {"task": "apps.accounts.tasks.purge_audit_log", "schedule": crontab(hour=3, minute=17)},
     "failures-flag-stragglers": {
@@ -279,24 +299,6 @@ SECURE_HSTS_PRELOAD = False
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
-# Every response's Content-Security-Policy (controlplane/csp.py adds the page's own WebSocket origin to
-# connect-src): everything from this origin only, no inline script or style, no eval, no framing.
-CONTENT_SECURITY_POLICY = {
-    "DIRECTIVES": {
-        "default-src": [NONE],
-        "script-src": [SELF],
-        "style-src": [SELF],
-        "img-src": [SELF, "data:"],  # the API docs' icons are data: SVGs in their stylesheet
-        "font-src": [SELF],
-        "connect-src": [SELF],
-        "worker-src": [SELF],
-        "manifest-src": [SELF],
-        "base-uri": [NONE],
-        "form-action": [SELF],
-        "frame-ancestors": [NONE],
-        "object-src": [NONE],
-    }
-}
 SILENCED_SYSTEM_CHECKS = ["security.W021"]  # HSTS preload is a decision for each site's domain.
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DATA_UPLOAD_MAX_MEMORY_SIZE", 20 * 1024 * 1024, minimum=1024)

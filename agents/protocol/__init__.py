@@ -18,7 +18,8 @@ version. (The port events' structured fields, ``port`` to ``link_downs`` on ``Gp
 
 Its modules: ``base`` (version, limits, field types, streams, the ``Message`` base), ``ranges`` (the
 field types' ranges read back), ``session`` (Hello, Heartbeat, Welcome, Ack, Error, close codes),
-``inventory``, ``telemetry``, ``events``, ``checks`` (a check process's lines), ``codec`` (encoding,
+``inventory``, ``telemetry``, ``events``, ``checks`` (a check process's lines), ``commands`` (what
+the server asks an agent to run and what the agent answers), ``codec`` (encoding,
 decoding, ``ProtocolError``), ``frames`` (numbered frames and their splicing) and ``messages`` (what
 each side sends, and its decoder).
 """
@@ -32,6 +33,7 @@ from agents.protocol.base import (
     PROTOCOL_VERSION,
     STREAMS,
     Celsius,
+    CommandKey,
     Counter,
     Gbps,
     GpuIndex,
@@ -75,6 +77,18 @@ from agents.protocol.checks import (
     meets,
 )
 from agents.protocol.codec import ProtocolError, encode
+from agents.protocol.commands import (
+    ENV_PREFIXES,
+    MAX_OUTPUT_CHARS,
+    MAX_PARAMS_BYTES,
+    MAX_TIME_LIMIT_S,
+    Cancel,
+    Command,
+    CommandOutcome,
+    CommandResult,
+    CommandStarted,
+    CommandUpdate,
+)
 from agents.protocol.events import Events, GpuEvent
 from agents.protocol.frames import FRAME_SPLICERS, FrameSplicer, message_seq
 from agents.protocol.inventory import GpuInfo, HostFacts, Inventory, NvLinkPeer, PortInfo
@@ -84,6 +98,7 @@ from agents.protocol.session import Ack, CloseCode, Error, ErrorCode, Heartbeat,
 from agents.protocol.telemetry import GpuSample, NodeSample, PortSample, Telemetry
 
 __all__ = [
+    "ENV_PREFIXES",
     "FRAME_SPLICERS",
     "MAX_CHECK_LINE_BYTES",
     "MAX_EVENTS_PER_FRAME",
@@ -92,14 +107,18 @@ __all__ = [
     "MAX_GPUS_PER_NODE",
     "MAX_MEASUREMENTS_PER_RESULT",
     "MAX_MEASUREMENT_EVIDENCE_BYTES",
+    "MAX_OUTPUT_CHARS",
+    "MAX_PARAMS_BYTES",
     "MAX_PORTS_PER_NODE",
     "MAX_RESULT_EVIDENCE_BYTES",
     "MAX_SAMPLES_PER_FRAME",
+    "MAX_TIME_LIMIT_S",
     "PROTOCOL_VERSION",
     "STREAMS",
     "Ack",
     "AgentMessage",
     "Bound",
+    "Cancel",
     "Celsius",
     "CheckDevice",
     "CheckLine",
@@ -109,6 +128,12 @@ __all__ = [
     "CheckProgress",
     "CheckResult",
     "CloseCode",
+    "Command",
+    "CommandKey",
+    "CommandOutcome",
+    "CommandResult",
+    "CommandStarted",
+    "CommandUpdate",
     "Counter",
     "Error",
     "ErrorCode",

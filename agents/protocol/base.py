@@ -32,6 +32,8 @@ Hostname = Annotated[
 GpuUuid = Annotated[
     str, msgspec.Meta(pattern=r"^GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 ]
+# A command's idempotency key (agents/protocol/commands.py): the agent runs each key at most once.
+CommandKey = Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")]
 PortState = Literal["active", "down", "init", "polling", "unknown"]
 PortDevice = Annotated[str, msgspec.Meta(min_length=1, max_length=32)]  # an HCA, "mlx5_0"
 PortNumber = Annotated[int, msgspec.Meta(ge=1, le=255)]  # a port of that HCA

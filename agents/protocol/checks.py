@@ -31,7 +31,7 @@ Figure = Annotated[float, msgspec.Meta(ge=-1e15, le=1e15)]
 MeasurementName = Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_]*$")]
 LongText = Annotated[str, msgspec.Meta(max_length=2000)]
 EvidenceKey = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
-Evidence = Annotated[dict[EvidenceKey, object], msgspec.Meta(max_length=64)]  # any JSON; see _check_evidence
+Evidence = Annotated[dict[EvidenceKey, object], msgspec.Meta(max_length=64)]  # any JSON; see check_json_object
 _INFINITY: Final = float("inf")
 
 
@@ -44,31 +44,31 @@ def meets(measured: float, expected: float, bound: Bound) -> bool:
     return measured >= expected if bound == "at_least" else measured <= expected
 
 
-def _check_evidence(evidence: dict[str, object], limit: int) -> None:
-    """Free-form evidence, bounded: JSON values only, finite numbers, nested at most
-    MAX_EVIDENCE_DEPTH deep, at most ``limit`` bytes encoded. ValueError names what is wrong (on
-    decoding, msgspec reports it as a ValidationError)."""
-    _check_value(evidence, 0)
-    size = len(msgspec.json.encode(evidence))
+def check_json_object(value: dict[str, object], limit: int, what: str = "evidence") -> None:
+    """Free-form JSON (a result's evidence, a command's parameters), bounded: JSON values only, finite
+    numbers, nested at most MAX_EVIDENCE_DEPTH deep, at most ``limit`` bytes encoded. ValueError names
+    what is wrong (on decoding, msgspec reports it as a ValidationError)."""
+    _check_value(value, 0, what)
+    size = len(msgspec.json.encode(value))
     if size > limit:
-        raise ValueError(f"evidence of {size} bytes exceeds the {limit}-byte limit")
+        raise ValueError(f"{what} of {size} bytes exceeds the {limit}-byte limit")
 
 
-def _check_value(value: object, depth: int) -> None:
+def _check_value(value: object, depth: int, what: str) -> None:
     if depth > MAX_EVIDENCE_DEPTH:
-        raise ValueError(f"evidence nested deeper than {MAX_EVIDENCE_DEPTH} levels")
+        raise ValueError(f"{what} nested deeper than {MAX_EVIDENCE_DEPTH} levels")
     if isinstance(value, float) and not _finite(value):
-        raise ValueError("evidence holds a NaN or infinite number")
+        raise ValueError(f"{what} holds a NaN or infinite number")
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
-                raise ValueError(f"evidence key {key!r} is not text")
-            _check_value(item, depth + 1)
+                raise ValueError(f"{what} key {key!r} is not text")
+            _check_value(item, depth + 1, what)
     elif isinstance(value, list | tuple):
         for item in value:
-            _check_value(item, depth + 1)
+            _check_value(item, depth + 1, what)
     elif value is not None and not isinstance(value, str | int | float | bool):
-        raise ValueError(f"evidence holds a {type(value).__name__}, which is not a JSON value")
+        raise ValueError(f"{what} holds a {type(value).__name__}, which is not a JSON value")
 
 
 class CheckMeasurement(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
@@ -97,7 +97,7 @@ class CheckMeasurement(msgspec.Struct, forbid_unknown_fields=True, omit_defaults
                 f"measurement {self.name}: passed={self.passed} contradicts measured {self.measured} "
                 f"{self.bound.replace('_', ' ')} expected {self.expected}"
             )
-        _check_evidence(self.evidence, MAX_MEASUREMENT_EVIDENCE_BYTES)
+        check_json_object(self.evidence, MAX_MEASUREMENT_EVIDENCE_BYTES)
 
 
 class CheckResult(Message, tag="check_result"):
@@ -128,7 +128,7 @@ class CheckResult(Message, tag="check_result"):
             raise ValueError("a check with a failed measurement has passed=false")
         if self.passed is True and (self.error is not None or self.skipped is not None or not verdicts):
             raise ValueError("passed=true needs judged measurements and no error or skip")
-        _check_evidence(self.evidence, MAX_RESULT_EVIDENCE_BYTES)
+        check_json_object(self.evidence, MAX_RESULT_EVIDENCE_BYTES)
 
 
 class CheckProgress(Message, tag="check_progress"):

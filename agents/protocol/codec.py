@@ -6,7 +6,7 @@ from typing import get_args
 
 import msgspec
 
-from agents.protocol.base import MAX_FRAME_BYTES, STREAMS, Message, Stream
+from agents.protocol.base import MAX_FRAME_BYTES, STREAMS, CommandKey, Message, Stream
 from agents.protocol.session import Error, ErrorCode
 
 
@@ -14,15 +14,24 @@ class ProtocolError(Exception):
     """A refused frame: the code and message of the Error reply, and the frame's seq and stream as far
     as they could be read from it, so the agent knows what was refused."""
 
-    def __init__(self, code: ErrorCode, message: str, *, seq: int | None = None, stream: Stream | None = None) -> None:
+    def __init__(
+        self,
+        code: ErrorCode,
+        message: str,
+        *,
+        seq: int | None = None,
+        stream: Stream | None = None,
+        key: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.code: ErrorCode = code
         self.message = message
         self.seq = seq
         self.stream = stream
+        self.key = key  # the command key a refused command message named
 
     def reply(self) -> Error:
-        return Error(code=self.code, message=self.message, seq=self.seq, stream=self.stream)
+        return Error(code=self.code, message=self.message, seq=self.seq, stream=self.stream, key=self.key)
 
 
 _encoder = msgspec.json.Encoder()
@@ -53,7 +62,7 @@ class Decoder:
             if isinstance(kind, str) and kind not in self._tags:
                 message = f"Unknown message type {kind!r}; expected one of {sorted(self._tags)}."
                 raise ProtocolError("unknown_type", message, seq=seq) from exc
-            raise ProtocolError("invalid", str(exc), seq=seq, stream=stream) from exc
+            raise ProtocolError("invalid", str(exc), seq=seq, stream=stream, key=command_key(frame)) from exc
         except msgspec.DecodeError as exc:
             raise ProtocolError("malformed", f"Not a JSON message: {exc}") from exc
 
@@ -63,9 +72,20 @@ class _Header(msgspec.Struct):
 
     type: object = None
     seq: object = None
+    key: object = None
 
 
 _header_decoder = msgspec.json.Decoder(_Header)
+_key_decoder = msgspec.json.Decoder(CommandKey)
+
+
+def command_key(frame: bytes | str) -> str | None:
+    """The command key a frame names, when it names a valid one (so a refusal can say which command)."""
+    try:
+        key = _header_decoder.decode(frame).key
+        return _key_decoder.decode(msgspec.json.encode(key)) if isinstance(key, str) else None
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
 
 
 def _header(frame: bytes | str) -> tuple[object, int | None, Stream | None]:

@@ -1,13 +1,14 @@
 """What each side sends, and its decoder: every frame on the socket is one of these."""
 
 from agents.protocol.codec import Decoder
+from agents.protocol.commands import Cancel, Command, CommandResult, CommandStarted, CommandUpdate
 from agents.protocol.events import Events
 from agents.protocol.inventory import Inventory
 from agents.protocol.session import Ack, Error, Heartbeat, Hello, Welcome
 from agents.protocol.telemetry import Telemetry
 
-AgentMessage = Hello | Inventory | Telemetry | Events | Heartbeat
-ServerMessage = Welcome | Ack | Error
+AgentMessage = Hello | Inventory | Telemetry | Events | Heartbeat | CommandStarted | CommandUpdate | CommandResult
+ServerMessage = Welcome | Ack | Error | Command | Cancel
 
 _agent_decoder = Decoder(AgentMessage)
 _server_decoder = Decoder(ServerMessage)

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from agents.protocol.base import Hostname, Message, ShortText, Stream, Timestamp
+from agents.protocol.base import CommandKey, Hostname, Message, ShortText, Stream, Timestamp
 
 
 class CloseCode(IntEnum):
@@ -66,3 +66,4 @@ class Error(Message, tag="error"):
     message: Annotated[str, msgspec.Meta(max_length=2000)]
     seq: int | None = None  # the frame's seq when it had one, so the agent knows what was refused
     stream: Stream | None = None  # which stream that seq belongs to
+    key: CommandKey | None = None  # the command a refused report was about

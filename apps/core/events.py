@@ -16,7 +16,8 @@ extras/events.py is the model: the model announces, the presenters and adapters 
 
 - the live streams (apps/dashboard/apps.py): node and failure changes, and stored telemetry, to browsers;
 - the failures' counter watch (apps/failures/apps.py): ECC, row-remapping and recovery-action
-  counters in stored telemetry raise failures.
+  counters in stored telemetry raise failures;
+- the gateway (apps/gateway/apps.py): commands and cancels for agents, to their nodes' sockets.
 
 Where a subscriber runs matters: it holds up the committing thread for as long as it runs. One that
 does database work does it there, in transactions of its own (the counter watch, on the ingest's
@@ -33,9 +34,9 @@ That is how the subscribers still to come will listen:
   resumes it in the scheduler.
 
 An event is a frozen dataclass here: ids and the few facts a subscriber needs to decide whether it
-cares, not rows (a subscriber reads the committed state). The runs-and-commands work adds its own the
-same way, e.g. ``CommandProgressed(command_id, run_id, node_id, ...)`` and
-``QuarantineRefused(node_id, reason)``, and announces them where the change is made.
+cares, not rows (a subscriber reads the committed state). Runs and commands (apps/jobs) announce
+``RunChanged`` and ``CommandChanged`` (a command's state, progress or a log line) for the dashboard's
+progress bars and a run's log to follow, and ``CommandsDispatched``, the frames the gateway carries.
 
 This module imports no app: every layer above it may announce and subscribe.
 """
@@ -105,6 +106,47 @@ class TelemetryStored(DomainEvent):
 
     def __repr__(self) -> str:  # a batch can hold a thousand nodes' samples: not for a log line
         return f"TelemetryStored({len(self.messages)} messages)"
+
+
+RunChange = Literal["started", "finished"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunChanged(DomainEvent):
+    """A run started, or ended (judged, or cancelled) (apps/jobs)."""
+
+    run_id: int
+    change: RunChange
+
+
+CommandChange = Literal["state", "progress", "log"]
+
+
+@dataclass(frozen=True, slots=True)
+class CommandChanged(DomainEvent):
+    """A command of a run changed state, made progress or wrote a log line (apps/jobs). The dashboard's
+    progress bars and a run's log follow these; the row (and its log lines) hold the values."""
+
+    command_id: int
+    run_id: int
+    node_id: int
+    change: CommandChange
+
+
+class AgentFrame(NamedTuple):
+    node_id: int
+    frame: bytes  # one encoded server → agent message of agents.protocol
+
+
+@dataclass(frozen=True, slots=True)
+class CommandsDispatched(DomainEvent):
+    """Commands (or cancels of commands) for agents, recorded as sent and committed: the gateway carries
+    each frame to its node's socket. A frame that never arrives is sent again (apps/jobs/dispatch.py)."""
+
+    frames: tuple[AgentFrame, ...]
+
+    def __repr__(self) -> str:
+        return f"CommandsDispatched({len(self.frames)} frames)"
 
 
 # Delivery -------------------------------------------------------------------------------------

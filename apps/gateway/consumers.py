@@ -2,8 +2,12 @@
 
 The agent authenticates with its node credential (``Authorization: Bearer cpn_...``) and speaks
 the messages of ``agents.protocol``: Hello first (answered with Welcome and the seqs already
-stored, so a reconnecting agent replays only what is missing), then Inventory, Telemetry (acked
-by seq), Events (acked by seq) and Heartbeats. A credential speaks for its own node only.
+stored, so a reconnecting agent replays only what is missing, then with the commands it should
+have), then Inventory, Telemetry (acked by seq), Events (acked by seq), Heartbeats, and reports
+about its commands. A credential speaks for its own node only.
+
+Commands reach the agent through the channel layer (``agent.deliver``, from apps/jobs by way of
+push.py); one that arrives before the Hello is dropped, since the Hello's own resend carries it.
 
 Every bad frame gets an Error reply with the protocol's code (and the frame's seq when it had
 one), is counted, and the connection goes on. Database work runs off the event loop; per message
@@ -122,13 +126,13 @@ class AgentConsumer(AsyncWebsocketConsumer):
         try:
             message = protocol.decode_agent_message(frame)
         except protocol.ProtocolError as exc:
-            await self._reply_error(exc.code, exc.message, exc.seq, exc.stream)
+            await self._reply_error(exc.code, exc.message, exc.seq, exc.stream, exc.key)
             return
         refused = protocol.message_seq(message)
         try:
             await self._handle(message)
         except protocol.ProtocolError as exc:
-            await self._reply_error(exc.code, exc.message, *refused)
+            await self._reply_error(exc.code, exc.message, *refused, exc.key)
         except Exception:  # one message failing to store must not take the node's connection down
             logger.exception("Failed to handle %s from %s", type(message).__name__, self.node.hostname)
             await self._reply_error("internal", "The server failed to handle this message; it is logged.", *refused)
@@ -156,6 +160,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
                 await self._send(protocol.Ack(stream="events", seq=stored))
             case protocol.Heartbeat():
                 bookkeeper().heard_from(self.node.pk)
+            case protocol.CommandStarted() | protocol.CommandUpdate() | protocol.CommandResult():
+                bookkeeper().heard_from(self.node.pk)
+                await database_sync_to_async(sinks.store_command_report)(self.node.pk, message)
 
     async def _hello(self, hello: protocol.Hello) -> None:
         if self.said_hello:
@@ -188,6 +195,8 @@ class AgentConsumer(AsyncWebsocketConsumer):
                 last_events_seq=events_seq,
             )
         )
+        for frame in await database_sync_to_async(sinks.commands_on_connect)(self.node.pk):
+            await self._send_frame(frame.decode(), "command")
 
     # Refusals ----------------------------------------------------------------------------------
 
@@ -211,20 +220,29 @@ class AgentConsumer(AsyncWebsocketConsumer):
         await self._close(protocol.CloseCode.UNAUTHORIZED, "Credential revoked.")
 
     async def _reply_error(
-        self, code: protocol.ErrorCode, message: str, seq: int | None = None, stream: protocol.Stream | None = None
+        self,
+        code: protocol.ErrorCode,
+        message: str,
+        seq: int | None = None,
+        stream: protocol.Stream | None = None,
+        key: str | None = None,
     ) -> None:
         bookkeeper().count_error(self.node.pk, code, message)
-        await self._send(protocol.Error(code=code, message=message[:2000], seq=seq, stream=stream))
+        await self._send(protocol.Error(code=code, message=message[:2000], seq=seq, stream=stream, key=key))
 
     async def _send(self, message: protocol.Message) -> None:
+        await self._send_frame(protocol.encode(message).decode(), type(message).__name__)
+
+    async def _send_frame(self, frame: str, what: str) -> None:
         try:
-            await self.send(text_data=protocol.encode(message).decode())
+            await self.send(text_data=frame)
         except (OSError, RuntimeError) as exc:
             # The agent went away before its reply. Nothing is lost: what was stored stays stored,
-            # and the agent, not having the ack, replays it on reconnect, where the seq check drops it.
+            # and the agent, not having the ack, replays it on reconnect, where the seq check drops it;
+            # a command it did not get is sent again (apps/jobs).
             if not client_gone(exc):
                 raise
-            logger.debug("%s disconnected before its %s", self.node.hostname, type(message).__name__)
+            logger.debug("%s disconnected before its %s", self.node.hostname, what)
 
     # Messages from the rest of the control plane (channel layer) ----------------------------------
 
@@ -237,6 +255,12 @@ class AgentConsumer(AsyncWebsocketConsumer):
         if self.said_hello and event.get("hello_at", float("inf")) < self.connected_at.timestamp():
             return
         await self._close(protocol.CloseCode.SUPERSEDED, "A newer connection of this node took over.")
+
+    async def agent_deliver(self, event: dict[str, Any]) -> None:
+        """A command or cancel for this node's agent (push.py). Before the Hello there is no agent to
+        give it to yet: the Hello's resend (``commands_on_connect``) carries it instead."""
+        if self.said_hello and not self.closing:
+            await self._send_frame(event["frame"], "command")
 
     async def credential_revoked(self, event: dict[str, Any]) -> None:
         if self.credential is not None and event["credential_id"] == self.credential.pk and not self.closing:

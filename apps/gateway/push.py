@@ -1,10 +1,13 @@
 """Messages to the agent consumers of a node, wherever their sockets are, through the channel layer."""
 
+import asyncio
 import logging
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from redis.exceptions import RedisError
+
+from apps.core.events import CommandsDispatched
 
 logger = logging.getLogger(__name__)
 
@@ -27,3 +30,22 @@ def credential_revoked(node_id: int, credential_id: int) -> None:
         )
     except (OSError, RedisError):
         logger.warning("Could not notify the gateway of revoked credential %s", credential_id, exc_info=True)
+
+
+def deliver_commands(event: CommandsDispatched) -> None:
+    """Carry committed commands and cancels (apps/jobs) to their nodes' sockets, all in one trip.
+
+    A frame that does not arrive (no socket, Redis away) is not retried here: the command's row says it
+    is unanswered, and apps/jobs sends it again, or after the agent's next Hello. A channel layer that
+    fails raises, and the event bus logs and counts it."""
+
+    async def send_all() -> None:
+        layer = get_channel_layer()
+        await asyncio.gather(
+            *(
+                layer.group_send(agent_group(node_id), {"type": "agent.deliver", "frame": frame.decode()})
+                for node_id, frame in event.frames
+            )
+        )
+
+    async_to_sync(send_all)()

@@ -1,6 +1,7 @@
 """What the gateway hands to other apps: telemetry and events to ``apps.telemetry``, liveness changes
 to ``apps.failures`` (which raises and resolves liveness failures) and, as a domain event, to whoever
-listens (apps/core/events.py: the live streams, among others).
+listens (apps/core/events.py: the live streams, among others); agents' reports about their commands to
+``apps.jobs``, and from it what a connecting agent is to be sent.
 
 These functions are the only place the gateway touches those apps; a test that breaks storage on
 purpose replaces one of them with a fault injector.
@@ -9,6 +10,7 @@ purpose replaces one of them with a fault injector.
 import logging
 
 from django.db import transaction
+from django.utils import timezone
 
 from agents import protocol
 from apps.accounts.audit import record
@@ -17,6 +19,8 @@ from apps.failures.events import node_recovered as resolve_liveness_failures
 from apps.failures.events import node_unreachable as raise_liveness_failure
 from apps.failures.events import record_events as raise_failures
 from apps.inventory.models import Node
+from apps.jobs import dispatch as commands
+from apps.jobs import reports as command_reports
 from apps.telemetry.events import store_events as store_agent_events
 from apps.telemetry.ingest import ingestor
 from apps.telemetry.models import TelemetryCursor
@@ -43,6 +47,29 @@ def stored_cursors(node_id: int) -> tuple[int, int]:
     """The highest telemetry and events seq stored for the node, for the Welcome (0, 0 when none)."""
     cursor = TelemetryCursor.objects.filter(node_id=node_id).values_list("telemetry_seq", "events_seq").first()
     return cursor or (0, 0)
+
+
+CommandReport = protocol.CommandStarted | protocol.CommandUpdate | protocol.CommandResult
+
+
+def store_command_report(node_id: int, message: CommandReport) -> None:
+    """An agent's report about one of its node's commands; a key that is not one of them is refused
+    with ProtocolError("invalid") naming it."""
+    try:
+        match message:
+            case protocol.CommandStarted():
+                command_reports.command_started(node_id, message)
+            case protocol.CommandUpdate():
+                command_reports.command_update(node_id, message)
+            case protocol.CommandResult():
+                command_reports.command_result(node_id, message)
+    except command_reports.UnknownCommand as exc:
+        raise protocol.ProtocolError("invalid", str(exc), key=message.key) from exc
+
+
+def commands_on_connect(node_id: int) -> list[bytes]:
+    """The commands and cancels a node's agent is sent after its Welcome (apps/jobs decides which)."""
+    return commands.frames_on_connect(node_id, timezone.now())
 
 
 def node_unreachable(node: Node) -> None:

@@ -86,9 +86,12 @@ def test_an_unknown_type_is_named_with_the_types_each_side_expects():
         protocol.decode_server_message('{"type": "hello"}')
 
     assert from_agent.value.message == (
-        "Unknown message type 'welcome'; expected one of ['events', 'heartbeat', 'hello', 'inventory', 'telemetry']."
+        "Unknown message type 'welcome'; expected one of ['command_result', 'command_started', 'command_update', "
+        "'events', 'heartbeat', 'hello', 'inventory', 'telemetry']."
     )
-    assert from_server.value.message == "Unknown message type 'hello'; expected one of ['ack', 'error', 'welcome']."
+    assert from_server.value.message == (
+        "Unknown message type 'hello'; expected one of ['ack', 'cancel', 'command', 'error', 'welcome']."
+    )
 
 
 def test_a_types_range_is_what_its_declaration_says():

@@ -14,7 +14,7 @@ LAYERS: list[set[str]] = [
     {"accounts"},
     {"inventory"},
     {"telemetry", "costs"},
-    {"failures"},
+    {"failures", "jobs"},
     {"gateway"},
     {"dashboard"},
 ]

@@ -1,0 +1,49 @@
+"""The jobs' tasks, queued once the rows they take are committed, and never at the caller's expense.
+
+A task that cannot be queued (Redis restarting, the broker unreachable) is logged and left: its rows
+say what is to be done, and the jobs sweep (every ``JOBS_SWEEP_S``) does it. So a request that
+launched a run, or a gateway consumer that stored a result, never fails for want of a broker.
+"""
+
+import logging
+from functools import partial
+
+from django.conf import settings
+from django.db import transaction
+from kombu.exceptions import KombuError
+from redis.exceptions import RedisError
+
+logger = logging.getLogger(__name__)
+
+
+def start_run(run_id: int) -> None:
+    _after_commit("start_run", run_id)
+
+
+def command_finished(command_id: int) -> None:
+    _after_commit("command_finished", command_id)
+
+
+def advance_node(node_id: int) -> None:
+    _after_commit("advance_node", node_id)
+
+
+def _after_commit(task_name: str, *args: int) -> None:
+    transaction.on_commit(partial(_send, task_name, args))
+
+
+def _send(task_name: str, args: tuple[int, ...]) -> None:
+    from apps.jobs import tasks  # the tasks import the modules that queue them
+
+    try:
+        # retry=False: a broker that is down answers at once, rather than after kombu's retries hold
+        # up the caller (a gateway consumer's database thread, an API request).
+        getattr(tasks, task_name).apply_async(args, retry=False)
+    except (KombuError, RedisError, OSError) as exc:
+        logger.warning(
+            "Could not queue jobs task %s%r (%s); the jobs sweep does its work within %s s",
+            task_name,
+            args,
+            exc,
+            settings.JOBS_SWEEP_S,
+        )

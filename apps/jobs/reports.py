@@ -1,0 +1,133 @@
+"""What agents report about their commands, as the gateway hands it in (apps/gateway/sinks.py): started,
+progress and log lines, and how each ended. Each report is applied with a conditional update on the
+state it finds, so a repeat (the agent answers every resend) changes nothing twice.
+
+A report names its command by key; a key that is not one of the reporting node's commands is refused
+(``UnknownCommand``), never applied to another node's row.
+"""
+
+from datetime import UTC, datetime
+
+import msgspec
+from django.db import transaction
+from django.db.models import F
+
+from agents import protocol
+from apps.core.events import CommandChanged, announce
+from apps.jobs import dispatch
+from apps.jobs.choices import COMMAND_ACTIVE, CommandOutcome, CommandState
+from apps.jobs.models import Command, CommandLogLine
+
+MAX_FAILURES_NAMED = 5
+
+
+class UnknownCommand(Exception):
+    """A report about a key that is not one of this node's commands."""
+
+
+def command_started(node_id: int, message: protocol.CommandStarted) -> None:
+    command = _command(node_id, message.key)
+    started = Command.objects.filter(pk=command.pk, state=CommandState.SENT).update(
+        state=CommandState.RUNNING, started_at=_time(message.started)
+    )
+    if started:
+        announce(CommandChanged(command.pk, command.run_id, node_id, "state"))
+
+
+def command_update(node_id: int, message: protocol.CommandUpdate) -> None:
+    command = _command(node_id, message.key)
+    line = message.line
+    if isinstance(line, protocol.CheckProgress):
+        changed = Command.objects.filter(pk=command.pk, state__in=COMMAND_ACTIVE).update(
+            fraction=line.fraction, step=line.step, progress_message=line.message
+        )
+        if changed:
+            announce(CommandChanged(command.pk, command.run_id, node_id, "progress"))
+        return
+    with transaction.atomic():
+        if command.log_lines.count() >= CommandLogLine.MAX_LOG_LINES:
+            Command.objects.filter(pk=command.pk).update(log_lines_dropped=F("log_lines_dropped") + 1)
+            return
+        CommandLogLine.objects.create(command=command, level=line.level, message=line.message)
+    announce(CommandChanged(command.pk, command.run_id, node_id, "log"))
+
+
+def command_result(node_id: int, message: protocol.CommandResult) -> None:
+    """Store how the command ended and end it (succeeded, failed, or cancelled when the agent stopped it
+    on a cancel); then its run is judged and its node advanced (a task). A command already ended by a
+    cancel or its deadline keeps its state, gains what the agent had, and stops being asked about."""
+    command = _command(node_id, message.key)
+    state, reason = judge(message, command)
+    fields = {
+        "outcome": message.outcome,
+        "exit_code": message.exit_code,
+        "result": msgspec.to_builtins(message.result) if message.result is not None else None,
+        "output": message.output,
+        "started_at": _time(message.started) if message.started is not None else command.started_at,
+    }
+    with transaction.atomic():
+        ended = Command.objects.filter(pk=command.pk, state__in=COMMAND_ACTIVE).update(
+            state=state, finished_at=_time(message.finished), reason=reason[:2000], fraction=1.0, **fields
+        )
+        if not ended:  # cancelled or expired meanwhile, or a repeat of a result already stored
+            Command.objects.filter(pk=command.pk, stop_requested_at__isnull=False).update(
+                stop_requested_at=None, **fields
+            )
+            return
+        announce(CommandChanged(command.pk, command.run_id, node_id, "state"))
+        dispatch.queue_follow_up(command)
+
+
+def judge(message: protocol.CommandResult, command: Command) -> tuple[str, str]:
+    """The state a command ends in from the agent's report, and why, in words."""
+    match message.outcome:
+        case CommandOutcome.EXITED if message.exit_code == 0:
+            return CommandState.SUCCEEDED, _passed(message.result)
+        case CommandOutcome.EXITED if message.exit_code == 1 and message.result is not None:
+            return CommandState.FAILED, f"the check failed: {_failures(message.result)}"
+        case CommandOutcome.EXITED:
+            why = message.result.error if message.result is not None and message.result.error else _last(message)
+            return CommandState.FAILED, f"exit code {message.exit_code}: {why}"
+        case CommandOutcome.TIMED_OUT:
+            return CommandState.FAILED, f"ran past its time limit of {command.time_limit_s} s; the agent stopped it"
+        case CommandOutcome.CANCELLED:
+            return CommandState.CANCELLED, f"stopped by the agent: {message.detail or 'cancelled'}"
+        case CommandOutcome.LOST:
+            return CommandState.FAILED, f"lost: {message.detail or 'the agent restarted while it ran'}; not run again"
+        case _:
+            return CommandState.FAILED, f"refused by the agent: {message.detail or 'no reason given'}"
+
+
+def _passed(result: protocol.CheckResult | None) -> str:
+    if result is None:
+        return "exited 0"
+    if result.skipped:
+        return f"skipped: {result.skipped}"
+    return "passed" if result.passed else "ran; nothing judged on the node"
+
+
+def _failures(result: protocol.CheckResult) -> str:
+    failed = [m for m in result.measurements if m.passed is False]
+    named = ", ".join(
+        f"{m.name}{f' on GPU {m.gpu}' if m.gpu is not None else ''} "
+        f"({m.measured:g} {'<' if m.bound == 'at_least' else '>'} {m.expected:g} {m.unit})"
+        for m in failed[:MAX_FAILURES_NAMED]
+    )
+    more = f" and {len(failed) - MAX_FAILURES_NAMED} more" if len(failed) > MAX_FAILURES_NAMED else ""
+    return (named + more) or result.error or "failed"
+
+
+def _last(message: protocol.CommandResult) -> str:
+    lines = [line for line in message.output.splitlines() if line.strip()]
+    return lines[-1][:500] if lines else message.detail or "no output"
+
+
+def _command(node_id: int, key: str) -> Command:
+    command = Command.objects.filter(node_id=node_id, key=key).only("run_id", "time_limit_s", "started_at").first()
+    if command is None:
+        raise UnknownCommand(f"No command {key!r} was sent to this node.")
+    return command
+
+
+def _time(timestamp: float) -> datetime:
+    return datetime.fromtimestamp(timestamp, tz=UTC)

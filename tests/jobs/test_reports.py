@@ -1,0 +1,139 @@
+"""What agents report about their commands: each report applied once however often it is repeated,
+the outcome judged in words, and a key that is not the reporting node's refused."""
+
+import pytest
+
+from agents import protocol
+from apps.core import events
+from apps.jobs import reports
+from apps.jobs.choices import CommandState
+from apps.jobs.models import Command, CommandLogLine, Step
+from tests.jobs.conftest import launch
+from tests.jobs.reporting import T, failed_compute, finished, started
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def sent(make_nodes) -> Command:
+    (node,) = make_nodes(1)
+    run = launch([node], [Step("compute", time_limit_s=300)])
+    return run.commands.get()
+
+
+@pytest.fixture
+def heard():
+    received: list[events.CommandChanged] = []
+    events.subscribe(events.CommandChanged, received.append)
+    yield received
+    events.unsubscribe(events.CommandChanged, received.append)
+
+
+def reload(command: Command) -> Command:
+    return Command.objects.get(pk=command.pk)
+
+
+def test_a_started_command_is_running_once_however_often_the_agent_says_so(sent, heard):
+    started(sent)
+    started(sent, repeat=True)
+
+    assert reload(sent).state == CommandState.RUNNING
+    assert reload(sent).started_at.timestamp() == pytest.approx(T)
+    assert [event.change for event in heard] == ["state"]
+
+
+def test_progress_and_log_lines_are_kept_and_announced(sent, heard):
+    started(sent)
+    heard.clear()
+    progress = protocol.CheckProgress(check="compute", fraction=0.25, step="bf16 on 8 GPUs", message="window 3")
+    log = protocol.CheckLog(check="compute", level="warning", message="GPU 3 throttled (thermal)")
+
+    reports.command_update(sent.node_id, protocol.CommandUpdate(key=sent.key, line=progress))
+    reports.command_update(sent.node_id, protocol.CommandUpdate(key=sent.key, line=log))
+
+    command = reload(sent)
+    assert (command.fraction, command.step, command.progress_message) == (0.25, "bf16 on 8 GPUs", "window 3")
+    assert list(command.log_lines.values_list("level", "message")) == [("warning", "GPU 3 throttled (thermal)")]
+    assert [(event.command_id, event.change) for event in heard] == [(sent.pk, "progress"), (sent.pk, "log")]
+
+
+def test_log_lines_past_the_limit_are_counted_not_kept(sent, monkeypatch):
+    monkeypatch.setattr(CommandLogLine, "MAX_LOG_LINES", 2)
+    for number in range(5):
+        line = protocol.CheckLog(check="compute", level="info", message=f"line {number}")
+        reports.command_update(sent.node_id, protocol.CommandUpdate(key=sent.key, line=line))
+
+    assert list(sent.log_lines.values_list("message", flat=True)) == ["line 0", "line 1"]
+    assert reload(sent).log_lines_dropped == 3
+
+
+@pytest.mark.parametrize(
+    ("fields", "state", "reason"),
+    [
+        ({"exit_code": 0}, CommandState.SUCCEEDED, "exited 0"),
+        ({"exit_code": 1, "result": failed_compute()}, CommandState.FAILED, "the check failed: tflops_bf16 on GPU 3"),
+        ({"exit_code": 3, "output": "Traceback\nRuntimeError: CUDA error\n"}, CommandState.FAILED, "exit code 3: Runt"),
+        ({"outcome": "timed_out"}, CommandState.FAILED, "ran past its time limit of 300 s"),
+        ({"outcome": "lost", "detail": "agent restarted"}, CommandState.FAILED, "lost: agent restarted; not run"),
+        ({"outcome": "refused", "detail": "past its deadline"}, CommandState.FAILED, "refused by the agent: past its"),
+        ({"outcome": "cancelled", "detail": "SIGTERM"}, CommandState.CANCELLED, "stopped by the agent: SIGTERM"),
+    ],
+)
+def test_a_result_ends_the_command_as_its_outcome_says(sent, fields, state, reason):
+    started(sent)
+    finished(sent, **fields)
+
+    command = reload(sent)
+    assert command.state == state
+    assert command.reason.startswith(reason)
+    assert command.outcome == fields.get("outcome", "exited")
+
+
+def test_the_result_the_check_wrote_is_kept_as_it_came(sent):
+    finished(sent, exit_code=1, result=failed_compute(), output="the end of stderr")
+
+    command = reload(sent)
+    assert command.result["measurements"][0] == {
+        "name": "tflops_bf16",
+        "measured": 612.0,
+        "unit": "TFLOP/s",
+        "expected": 700.0,
+        "passed": False,
+        "gpu": 3,
+    }  # as on the wire: defaults (the bound, empty evidence) left out
+    assert (command.result["type"], command.result["device"]) == ("check_result", "cpu")
+    assert (command.exit_code, command.output) == (1, "the end of stderr")
+
+
+def test_a_repeated_result_changes_nothing(sent, heard):
+    finished(sent)
+    first = reload(sent)
+    heard.clear()
+
+    finished(sent, exit_code=1, repeat=True)
+
+    again = reload(sent)
+    assert (again.state, again.exit_code, again.finished_at) == (first.state, 0, first.finished_at)
+    assert heard == []
+
+
+def test_a_cancelled_commands_result_is_kept_and_it_stays_cancelled(sent):
+    started(sent)
+    sent.cancel(actor="tester")
+    assert reload(sent).stop_requested_at is not None
+
+    finished(sent, outcome="cancelled", detail="stopped by SIGTERM; group killed")
+
+    command = reload(sent)
+    assert (command.state, command.outcome, command.stop_requested_at) == (CommandState.CANCELLED, "cancelled", None)
+    assert command.reason == "cancelled by tester"
+
+
+def test_a_report_about_another_nodes_command_is_refused(sent, make_nodes):
+    (other,) = make_nodes(1)
+
+    with pytest.raises(reports.UnknownCommand, match="was sent to this node"):
+        reports.command_started(other.pk, protocol.CommandStarted(key=sent.key, started=T))
+    with pytest.raises(reports.UnknownCommand):
+        reports.command_started(sent.node_id, protocol.CommandStarted(key="not-a-key", started=T))
+    assert reload(sent).state == CommandState.SENT
