@@ -33,6 +33,8 @@ class FailureKind(models.TextChoices):
     INFINIBAND = "infiniband", "InfiniBand"
     LIVENESS = "liveness", "Liveness"
     STRAGGLER = "straggler", "Straggler"
+    IDENTITY = "identity", "Hardware identity"
+    CLOCK = "clock", "Clock"
 
 
 class FailureState(models.TextChoices):

@@ -109,6 +109,24 @@ STRAGGLER = Condition(
     "Check clocks and throttle reasons (nvidia-smi -q -d PERFORMANCE,POWER), power limits and cooling; "
     "run a burn-in before putting it back into a large job.",
 )
+DUPLICATE_GPU_IDENTITY = Condition(
+    "duplicate-gpu-identity",
+    FailureKind.IDENTITY,
+    Severity.ERROR,
+    "Duplicate GPU identity",
+    "Two live nodes report the same GPU UUID, GPU serial or HCA port GUID, so one of them is wrong: a "
+    "cloned disk image or agent state, a copied credential, or a misbehaving agent. Compare nvidia-smi -q "
+    "and ibstat on both nodes; the inventory keeps the first node's rows until the other stops reporting them.",
+)
+CLOCK_SKEW = Condition(
+    "clock-skew",
+    FailureKind.CLOCK,
+    Severity.WARNING,
+    "Clock skew",
+    "The node's clock is ahead of the control plane's by more than the allowed skew, so its samples are "
+    "refused. Check time sync on the node (chronyc tracking or timedatectl): a drifting clock also breaks "
+    "NCCL timeouts and the correlation of logs across nodes.",
+)
 
 # Agent events without an XID, by the protocol's event kind.
 EVENT_CONDITIONS: Final[dict[str, Condition]] = {

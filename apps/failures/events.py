@@ -5,6 +5,8 @@ telemetry event sink call.
   Call it only for a message whose seq is new (inside the transaction that advances the node's
   events cursor): a replayed message would otherwise be counted twice.
 - ``node_unreachable(node_id)`` / ``node_recovered(node_id)``: the liveness hook.
+- ``duplicate_identity(node_id, detail)`` / ``clock_skewed(node_id, offset_s)``: what the gateway
+  refused from an agent that points at a fault of the node itself.
 """
 
 from datetime import UTC, datetime
@@ -105,3 +107,19 @@ def node_recovered(node_id: int, *, at: datetime | None = None) -> list[Failure]
             record("failure.resolve", actor=LIVENESS_ACTOR, obj=failure, note=failure.resolution_note)
             resolved.append(failure)
     return resolved
+
+
+def duplicate_identity(node_id: int, detail: str, *, at: datetime | None = None) -> Failure:
+    """The node reported a GPU UUID, serial or HCA GUID another live node holds: raise (or count) the
+    failure on it; the gateway raises it on both nodes."""
+    observation = Observation(
+        node_id=node_id, at=at or timezone.now(), condition=conditions.DUPLICATE_GPU_IDENTITY, detail=detail
+    )
+    return raise_failure(observation, actor=AGENT_ACTOR)
+
+
+def clock_skewed(node_id: int, offset_s: float, *, at: datetime | None = None) -> Failure:
+    """The node's samples are stamped ``offset_s`` seconds ahead of the server's clock."""
+    detail = f"The node's clock is {offset_s:.1f} s ahead of the control plane's."
+    observation = Observation(node_id=node_id, at=at or timezone.now(), condition=conditions.CLOCK_SKEW, detail=detail)
+    return raise_failure(observation, actor=AGENT_ACTOR)

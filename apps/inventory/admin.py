@@ -1,6 +1,7 @@
 from django.contrib import admin
 
 from apps.inventory.models import (
+    BurnInResult,
     Cluster,
     Fabric,
     Gpu,
@@ -61,15 +62,26 @@ class NetworkPortInline(admin.TabularInline):
     fields = ["device_name", "port_num", "kind", "rate_gbps", "link_state", "guid", "mac"]
 
 
-class NodeTransitionInline(admin.TabularInline):
-    model = NodeTransition
+class HistoryInline(admin.TabularInline):
+    """History is read, never written here: it is recorded where the change is made."""
+
     extra = 0
-    fields = ["at", "from_state", "to_state", "actor", "reason"]
-    readonly_fields = fields
     can_delete = False
 
     def has_add_permission(self, request: object, obj: object = None) -> bool:
-        return False  # lifecycle changes go through the actions, which check the state machine
+        return False
+
+
+class NodeTransitionInline(HistoryInline):
+    model = NodeTransition  # changes go through the lifecycle actions, which check the state machine
+    fields = ["at", "from_state", "to_state", "actor", "reason", "burn_in", "burn_in_override"]
+    readonly_fields = fields
+
+
+class BurnInResultInline(HistoryInline):
+    model = BurnInResult  # recorded by the burn-in runs that judged them
+    fields = ["finished_at", "passed", "run", "summary"]
+    readonly_fields = fields
 
 
 @admin.register(Node)
@@ -79,7 +91,7 @@ class NodeAdmin(admin.ModelAdmin):
     search_fields = ["hostname", "serial", "management_address"]
     list_select_related = ["cluster", "node_type", "rack"]
     readonly_fields = ["lifecycle", "lifecycle_changed_at", "liveness", "last_seen_at"]
-    inlines = [GpuInline, NetworkPortInline, NodeTransitionInline]
+    inlines = [GpuInline, NetworkPortInline, NodeTransitionInline, BurnInResultInline]
 
 
 @admin.register(Gpu)

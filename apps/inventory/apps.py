@@ -7,4 +7,10 @@ class InventoryConfig(AppConfig):
     verbose_name = "Fleet inventory"
 
     def ready(self) -> None:
-        from apps.inventory import signals  # noqa: F401  (connects the link-path receivers)
+        from apps.core.metrics import registry
+        from apps.inventory import (
+            metrics,
+            signals,  # noqa: F401  (connects the link-path receivers)
+        )
+
+        registry.register(metrics.collect)

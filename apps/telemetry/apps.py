@@ -7,7 +7,11 @@ class TelemetryConfig(AppConfig):
     verbose_name = "Telemetry"
 
     def ready(self) -> None:
+        from apps.core.metrics import registry
         from apps.core.process import process
         from apps.telemetry.ingest import ingestor
+        from apps.telemetry.metrics import dcgm, xids
 
         process.add(ingestor)  # shut down with the server process: what is pending is written first
+        registry.register(dcgm.collect)
+        registry.register(xids.collect)

@@ -320,3 +320,18 @@ class LatestXid(models.Model):
 
     def __str__(self) -> str:
         return f"node {self.node_id} gpu{self.gpu_index} XID {self.xid}"
+
+
+class XidCount(models.Model):
+    """How many times each GPU reported each XID, ever, for ``controlplane_gpu_xid_errors_total``.
+    Counted as the events are stored, under the node's events cursor lock: a replay counts nothing twice."""
+
+    pk = models.CompositePrimaryKey("node", "gpu_index", "xid")
+    node = _node_without_constraint(on_delete=models.CASCADE, related_name="xid_counts")
+    gpu_index = models.SmallIntegerField()
+    xid = models.SmallIntegerField()
+    count = models.BigIntegerField()
+    last_ts = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"node {self.node_id} gpu{self.gpu_index} XID {self.xid}: {self.count}"

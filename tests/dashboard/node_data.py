@@ -112,6 +112,8 @@ def node_with_history(
     Node.objects.filter(pk=node.pk).update(liveness=Liveness.ONLINE, last_seen_at=now, serial="SN-4242")
     node.refresh_from_db()
     for i in range(transitions):
+        if i % 2:
+            factories.burn_in_pass(node, run=f"burn-in run #{i}")
         node.transition("quarantined" if i % 2 == 0 else "in_service", actor="otto", reason=f"change {i}")
     store_samples(node, now, gpus=gpus, ports=ports)
     raise_failures(node, now, count=failures)

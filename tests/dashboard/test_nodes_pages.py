@@ -264,6 +264,17 @@ def test_lifecycle_history_is_newest_first_with_actor_and_reason(viewer_client, 
 
     assert history.index("change 1") < history.index("change 0")
     assert "otto" in history
+    assert "after a passed burn-in" in history  # change 1 returned it to service on one
+
+
+def test_lifecycle_history_marks_an_override_of_the_burn_in(viewer_client):
+    node = factories.node(factories.cluster(), factories.node_type(nics=0), "gpu-override", lifecycle="quarantined")
+    node.transition("in_service", actor="root", reason="vendor report on file", override_burn_in=True)
+
+    history = section(viewer_client.get(f"/nodes/{node.pk}/").content.decode(), "lifecycle-history")
+
+    assert "burn-in overridden" in history
+    assert "vendor report on file" in history
 
 
 def test_operators_get_only_the_actions_the_current_state_allows(operator_client, detailed):

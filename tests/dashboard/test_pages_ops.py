@@ -184,7 +184,7 @@ def test_racks_place_racked_nodes_and_list_the_others_apart(viewer_user, gpu_nod
     loose = factories.node(gpu_node.cluster, gpu_node.node_type, "gpu-018")
     html = page(viewer_user, "/racks/")
     assert "r07" in html
-    assert "grid-row: 33 / span 8" in html  # units 3 to 10 of 42, drawn top first
+    assert 'data-grid-row="33 / span 8"' in html  # units 3 to 10 of 42, drawn top first
     assert 'id="unracked"' in html
     assert f'data-node="{loose.pk}"' in html
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from apps.telemetry.metrics import FAMILIES
+from apps.telemetry.metrics.dcgm import FAMILIES
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "gpu-fleet-dashboard.json"
 GRAFANA_VARIABLES = {"$Hostname": ".*", "$gpu": ".*", "$__rate_interval": "1m"}

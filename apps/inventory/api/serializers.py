@@ -122,7 +122,18 @@ class NodeTransitionSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = NodeTransition
-        fields = ["id", "node", "hostname", "from_state", "to_state", "at", "actor", "reason"]
+        fields = [
+            "id",
+            "node",
+            "hostname",
+            "from_state",
+            "to_state",
+            "at",
+            "actor",
+            "reason",
+            "burn_in",
+            "burn_in_override",
+        ]
 
 
 class TransitionRequestSerializer(serializers.Serializer):
@@ -130,7 +141,13 @@ class TransitionRequestSerializer(serializers.Serializer):
         required=False,
         allow_blank=True,
         max_length=2000,
-        help_text="Why. Required to quarantine, drain or retire.",
+        help_text="Why. Required to quarantine, drain or retire, and to override the burn-in.",
+    )
+    override_burn_in = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Return to service: go without a burn-in passed since the node last left service "
+        "(admin only, with a reason; the history and the audit log record it as an override).",
     )
 
 

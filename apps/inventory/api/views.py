@@ -3,13 +3,15 @@ from typing import NamedTuple, TypeVar
 from django.db.models import Prefetch
 from drf_spectacular.utils import extend_schema
 from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.accounts.api.viewsets import BaseModelViewSet
 from apps.accounts.audit import describe
-from apps.accounts.roles import Role
+from apps.accounts.permissions import request_role
+from apps.accounts.roles import Role, role_rank
 from apps.core.api.exceptions import Conflict
 from apps.inventory import filtersets
 from apps.inventory.api import serializers as s
@@ -78,6 +80,18 @@ LIFECYCLE_ACTIONS = (
 )
 
 
+def burn_in_override(request: Request, target: Lifecycle, asked: bool) -> bool:
+    """Whether the request may and does ask to return a node to service without a burn-in: an
+    admin's call, and only for that move (anything else asking is a 400 or a 403 saying so)."""
+    if not asked:
+        return False
+    if target != Lifecycle.IN_SERVICE:
+        raise ValidationError({"override_burn_in": ["Only returning to service takes a burn-in override."]})
+    if role_rank(request_role(request)) < role_rank(Role.ADMIN):
+        raise PermissionDenied("Overriding the burn-in needs the admin role.")
+    return True
+
+
 def lifecycle_action(lifecycle: LifecycleAction) -> object:
     """A POST action that moves a node to the action's target."""
     name, target = lifecycle.name, lifecycle.target
@@ -86,12 +100,18 @@ def lifecycle_action(lifecycle: LifecycleAction) -> object:
         node = self.get_object()
         body = s.TransitionRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        reason = body.validated_data.get("reason", "")
-        describe(request, f"node.{name}", node, reason=reason, from_state=node.lifecycle, to_state=target)
+        reason, asked = body.validated_data.get("reason", ""), body.validated_data["override_burn_in"]
+        detail = {"override_burn_in": True} if asked else {}
+        describe(request, f"node.{name}", node, reason=reason, from_state=node.lifecycle, to_state=target, **detail)
+        override = burn_in_override(request, target, asked)
         try:
-            node.transition(target, actor=request.user.get_username(), user=request.user, reason=reason)
+            done = node.transition(
+                target, actor=request.user.get_username(), user=request.user, reason=reason, override_burn_in=override
+            )
         except IllegalTransition as exc:
             raise Conflict(str(exc)) from exc
+        if done.burn_in_override:  # the audit log names an override as such
+            describe(request, "node.burn_in_override")
         return Response(s.NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
 
     perform.__name__ = name  # DRF routes an action by its function's name
@@ -100,7 +120,9 @@ def lifecycle_action(lifecycle: LifecycleAction) -> object:
         request=s.TransitionRequestSerializer,
         responses={200: s.NodeSerializer},
         summary=f"Move the node to {target.label.lower()}",
-        description="Refused with 409 and an explanation when the state machine does not allow it.",
+        description="Refused with 409 and an explanation when the state machine does not allow it, or when "
+        "a node would return to service without a burn-in passed since it last left service (an admin may "
+        "override with a reason: ``override_burn_in``).",
     )
     return schema(route(perform))
 

@@ -1,3 +1,4 @@
+from apps.inventory.models.burnin import BurnInResult
 from apps.inventory.models.clusters import Cluster, NodeType, PortTemplate, Rack
 from apps.inventory.models.fabric import Fabric, Link, LinkEnd, LinkTermination, NvLink, Switch, SwitchPort
 from apps.inventory.models.nodes import (
@@ -12,6 +13,7 @@ from apps.inventory.models.nodes import (
 
 __all__ = [
     "LIFECYCLE_TRANSITIONS",
+    "BurnInResult",
     "Cluster",
     "Fabric",
     "Gpu",

@@ -9,9 +9,12 @@ from django.utils import timezone
 
 from apps.core.events import NodeChanged, announce
 from apps.inventory.choices import GpuState, Lifecycle, LinkState, Liveness, PortKind, SwitchTier
+from apps.inventory.models.burnin import BurnInResult
 from apps.inventory.models.clusters import Cluster, NodeType, Rack
 
-# Who may move a node where. Retired is final; a new node must pass burn-in before service.
+# Who may move a node where. Retired is final; a new node must pass burn-in before service, and every
+# move into service needs a burn-in passed since the node last left service or was quarantined
+# (``Node.burn_in_evidence``), or an admin's override with a reason.
 LIFECYCLE_TRANSITIONS: dict[str, frozenset[str]] = {
     Lifecycle.NEW: frozenset({Lifecycle.BURN_IN, Lifecycle.QUARANTINED, Lifecycle.RETIRED}),
     Lifecycle.BURN_IN: frozenset({Lifecycle.IN_SERVICE, Lifecycle.QUARANTINED, Lifecycle.DRAINED}),
@@ -138,10 +141,41 @@ class Node(models.Model):
     def allowed_transitions(self) -> frozenset[str]:
         return LIFECYCLE_TRANSITIONS[self.lifecycle]
 
+    def burn_in_due_since(self) -> datetime | None:
+        """Since when a burn-in must have passed for the node to go into service: the last time it
+        left service or was quarantined (a pass from before the suspicion proves nothing); None for
+        a node that has done neither (any pass counts)."""
+        left = self.transitions.filter(
+            models.Q(from_state=Lifecycle.IN_SERVICE) | models.Q(to_state=Lifecycle.QUARANTINED)
+        )
+        return left.aggregate(at=models.Max("at"))["at"]
+
+    def burn_in_evidence(self) -> BurnInResult | None:
+        """The newest burn-in the node passed since ``burn_in_due_since``: what lets it into service."""
+        return self.burn_in_results.passes().since(self.burn_in_due_since()).first()
+
+    def service_refusal(self) -> str | None:
+        """Why the node may not go into service now without an admin's override; None when it may."""
+        if self.burn_in_evidence() is not None:
+            return None
+        since = self.burn_in_due_since()
+        when = "" if since is None else f" since it was last taken out of service ({since:%Y-%m-%d %H:%M} UTC)"
+        return f"{self.hostname} has not passed a burn-in{when}: run one, or an admin may override with a reason."
+
     def transition(
-        self, to: str, *, actor: str, user: "AbstractBaseUser | None" = None, reason: str = ""
+        self,
+        to: str,
+        *,
+        actor: str,
+        user: "AbstractBaseUser | None" = None,
+        reason: str = "",
+        override_burn_in: bool = False,
     ) -> "NodeTransition":
         """Move the node to another lifecycle state, or raise IllegalTransition saying why not.
+
+        Into service it needs a passed burn-in (``burn_in_evidence``), which the history row names;
+        without one, ``override_burn_in`` (the caller checks that an admin asks) puts it there with
+        a reason, and the row says it was an override.
 
         The change is a conditional update on the state we read, so two operators acting at the
         same moment cannot both succeed from the same starting state.
@@ -160,6 +194,7 @@ class Node(models.Model):
         reason = reason.strip()
         if to in REASON_REQUIRED and not reason:
             raise IllegalTransition(f"A reason is required to make {self.hostname} {to.label.lower()}.")
+        evidence, overridden = self._service_gate(to, reason, override_burn_in)
         now = timezone.now()
         with transaction.atomic():
             changed = Node.objects.filter(pk=self.pk, lifecycle=current).update(
@@ -170,11 +205,33 @@ class Node(models.Model):
                     f"{self.hostname} changed state while this request was in flight; reload and retry."
                 )
             record = NodeTransition.objects.create(
-                node=self, from_state=current, to_state=to, actor=actor, user=user, reason=reason, at=now
+                node=self,
+                from_state=current,
+                to_state=to,
+                actor=actor,
+                user=user,
+                reason=reason,
+                at=now,
+                burn_in=evidence,
+                burn_in_override=overridden,
             )
         self.lifecycle, self.lifecycle_changed_at = to, now
         announce(NodeChanged(self.pk, "lifecycle"))
         return record
+
+    def _service_gate(self, to: str, reason: str, override: bool) -> tuple[BurnInResult | None, bool]:
+        """(the burn-in that lets the node into service, whether an override does instead); nothing
+        for a move elsewhere; IllegalTransition for a move into service that neither allows."""
+        if to != Lifecycle.IN_SERVICE:
+            return None, False
+        evidence = self.burn_in_evidence()
+        if evidence is not None:
+            return evidence, False
+        if not override:
+            raise IllegalTransition(self.service_refusal())
+        if not reason:
+            raise IllegalTransition(f"A reason is required to put {self.hostname} into service without a burn-in.")
+        return None, True
 
     # Topology ----------------------------------------------------------------------------------
 
@@ -199,6 +256,17 @@ class NodeTransition(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     reason = models.TextField(blank=True)
+    burn_in = models.ForeignKey(
+        BurnInResult,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="Into service: the passed burn-in that allowed it.",
+    )
+    burn_in_override = models.BooleanField(
+        default=False, help_text="Into service without a passed burn-in, on an admin's override (the reason says why)."
+    )
 
     class Meta:
         ordering = ["-at", "-id"]

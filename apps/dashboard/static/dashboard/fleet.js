@@ -58,8 +58,8 @@ function renderLegend() {
     : `<span>${metric.low} ${metric.unit}</span><canvas></canvas><span>${high} ${metric.unit}</span>`;
   drawLegend(legend.querySelector("canvas"));
   legend.insertAdjacentHTML("beforeend",
-    '<span><span class="swatch" style="border-color:var(--critical)"></span> node with alarms (thicker: worse)</span>' +
-    '<span><span class="swatch"></span> straggler GPU</span><span><span class="swatch" style="background:var(--cell-empty);border:0"></span> no data / unreachable</span>');
+    '<span><span class="swatch alarmed"></span> node with alarms (thicker: worse)</span>' +
+    '<span><span class="swatch"></span> straggler GPU</span><span><span class="swatch no-data"></span> no data / unreachable</span>');
 }
 metricSelect.addEventListener("change", () => { heatmap.setMetric(metricSelect.value); renderLegend(); });
 renderLegend();

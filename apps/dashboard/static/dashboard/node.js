@@ -3,6 +3,7 @@
 
 import uPlot from "../vendor/uplot/uPlot.esm.js";
 import { api, escapeHtml, toast } from "./api.js";
+import { applyDataStyles } from "./data-styles.js";
 import { ActionDialog, refusal, transition } from "./lifecycle.js";
 import { LiveSocket } from "./live.js";
 import { cssVar } from "./scale.js";
@@ -105,9 +106,10 @@ function tooltip(metric) {
         const colours = palette();
         tip.innerHTML = `<div class="when">${MOMENT.format(new Date(u.data[0][i] * 1000))}</div>` + page.gpus
           .map((index, s) => (u.series[s + 1].show
-            ? `<div><span class="swatch" style="background:${colours[s % colours.length]}"></span>GPU ${escapeHtml(index)} <b>${format(metric, u.data[s + 1][i])}</b></div>`
+            ? `<div><span class="swatch" data-colour="${colours[s % colours.length]}"></span>GPU ${escapeHtml(index)} <b>${format(metric, u.data[s + 1][i])}</b></div>`
             : ""))
           .join("");
+        applyDataStyles(tip);
         tip.hidden = false;
         const room = u.over.clientWidth - u.cursor.left;
         tip.style.left = `${room > tip.offsetWidth + 16 ? u.cursor.left + 12 : u.cursor.left - tip.offsetWidth - 12}px`;
@@ -154,7 +156,8 @@ function renderLegend() {
   const colours = palette();
   const legend = document.getElementById("chart-legend");
   legend.innerHTML = page.gpus.map((index, i) => `<button type="button" data-series="${i + 1}" aria-pressed="${!hidden.has(i + 1)}">
-    <span class="swatch" style="background:${colours[i % colours.length]}"></span>GPU ${escapeHtml(index)}</button>`).join("");
+    <span class="swatch" data-colour="${colours[i % colours.length]}"></span>GPU ${escapeHtml(index)}</button>`).join("");
+  applyDataStyles(legend);
 }
 
 document.getElementById("chart-legend").addEventListener("click", (event) => {

@@ -5,6 +5,7 @@
 // select rows and run bulk lifecycle actions, with each node's result.
 
 import { escapeHtml, toast } from "./api.js";
+import { applyDataStyles } from "./data-styles.js";
 import { ActionDialog, refusal, runAll, transition } from "./lifecycle.js";
 import { LiveSocket } from "./live.js";
 import { timeHtml } from "./when.js";
@@ -38,7 +39,7 @@ const CELLS = {
     : ""),
   util: (row) => {
     const util = utilNow(row);
-    return `<span class="util"><span class="bar"><span style="width:${util ?? 0}%"></span></span><span class="num">${util === null ? "–" : `${Math.round(util)} %`}</span></span>`;
+    return `<span class="util"><span class="bar"><span data-width-percent="${util ?? 0}"></span></span><span class="num">${util === null ? "–" : `${Math.round(util)} %`}</span></span>`;
   },
   power: (row) => (powerNow(row) === null ? "–" : `${(powerNow(row) / 1000).toFixed(1)} kW`),
   temp: (row) => (tempNow(row) === null ? "–" : `${Math.round(tempNow(row))} °C`),
@@ -66,7 +67,7 @@ let drawPending = false;
 const columnCount = table ? table.tHead.rows[0].cells.length : 0;
 
 function spacer(height) {
-  return height > 0 ? `<tr class="spacer" aria-hidden="true"><td colspan="${columnCount}" style="height:${height}px"></td></tr>` : "";
+  return height > 0 ? `<tr class="spacer" aria-hidden="true"><td colspan="${columnCount}" data-height-px="${height}"></td></tr>` : "";
 }
 
 function draw(force = false) {
@@ -78,6 +79,7 @@ function draw(force = false) {
   tbody.innerHTML = spacer(first * height)
     + order.slice(first, last).map((row, i) => rowHtml(row, first + i)).join("")
     + spacer((order.length - last) * height);
+  applyDataStyles(tbody);
   if (!rowHeight && last > first) {
     rowHeight = tbody.querySelector("tr[data-node]").getBoundingClientRect().height;
     draw(true);
@@ -99,6 +101,7 @@ function patch(changedIds) {
       const html = CELLS[td.dataset.k](row);
       if (td.cpHtml !== html) {
         td.innerHTML = html;
+        applyDataStyles(td);
         td.cpHtml = html;
       }
     }

@@ -1,6 +1,7 @@
 // The topology page: nodes under each switch marked live from the fleet stream (unreachable, worst
 // open alarm), link load read again from the server every REFRESH_MS, and a hostname finder.
 
+import { applyDataStyles } from "./data-styles.js";
 import { LiveSocket } from "./live.js";
 
 const REFRESH_MS = 30000; // port samples arrive every second; a glance at load needs less (the page costs ~0.5 s of server time at 1,000 nodes)
@@ -48,6 +49,7 @@ async function refresh() {
   if (!response.ok || response.redirected) return; // signed out: the live socket sends the page to sign in
   const holder = document.createElement("div");
   holder.innerHTML = await response.text(); // the server's template, escaped there
+  applyDataStyles(holder);
   root.replaceChildren(...holder.childNodes);
   markNodes(live.fleet);
   highlight();

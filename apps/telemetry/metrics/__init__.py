@@ -1,0 +1,2 @@
+"""Telemetry's part of ``/metrics`` (apps/core/metrics.py), one module per family of series:
+dcgm-exporter's names for each GPU's newest sample (``dcgm``), each GPU's XID counts (``xids``)."""
