@@ -80,7 +80,7 @@ def test_a_result_carrying_a_check_result_that_contradicts_itself_is_refused_wit
             "exit_code": 0,
             "finished": DEADLINE,
             "result": result,
-        }  # fmt: skip
+        }
     )
 
     with pytest.raises(protocol.ProtocolError) as refused:
