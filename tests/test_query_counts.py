@@ -36,7 +36,7 @@ from apps.inventory.models import (
     Switch,
     SwitchPort,
 )
-from apps.telemetry.models import PortSample
+from apps.telemetry.models import LatestPortSample
 from tests import factories
 from tests.conftest import SOURCE_STATIC_FILES
 from tests.dashboard.node_data import node_with_history
@@ -165,8 +165,8 @@ class Fleet:
             )
             for c in causes
         )
-        PortSample.objects.bulk_create(
-            PortSample(
+        LatestPortSample.objects.bulk_create(
+            LatestPortSample(
                 node_id=n.pk,
                 ts=now,
                 device=f"mlx5_{i}",

@@ -22,8 +22,7 @@ Volumes at the 1,000-node scale (8 GPUs each, one sample a second) set the shape
 from typing import Any
 
 from django.db import models
-from django.db.models import Avg, F, Max, Sum, Window
-from django.db.models.functions import RowNumber
+from django.db.models import Avg, Max, Sum
 
 from apps.inventory.models import Node
 
@@ -172,18 +171,9 @@ class LatestGpuSample(GpuMetrics):
         return f"latest node {self.node_id} gpu{self.gpu_index}"
 
 
-class PortSampleQuerySet(models.QuerySet["PortSample"]):
-    def newest_per_port(self) -> "PortSampleQuerySet":
-        """The newest of these samples for each device and port, by device and port: one query. Bound
-        the rows by node and time first: a port's raw samples go back two days."""
-        newest_first = Window(RowNumber(), partition_by=[F("device"), F("port")], order_by=F("ts").desc())
-        return self.annotate(recency=newest_first).filter(recency=1).order_by("device", "port")
+class PortReading(models.Model):
+    """One InfiniBand/RoCE port's reading, as the agent's ``PortSample`` carries it."""
 
-
-class PortSample(models.Model):
-    """Raw InfiniBand/RoCE port samples, kept as long as raw GPU samples."""
-
-    node = _node_without_constraint(on_delete=models.DO_NOTHING, related_name="+")
     ts = models.DateTimeField()
     device = models.CharField(max_length=32, help_text="e.g. mlx5_0")
     port = models.SmallIntegerField()
@@ -196,13 +186,32 @@ class PortSample(models.Model):
     rcv_errors = models.BigIntegerField(null=True)
     received_at = models.DateTimeField()
 
-    objects = PortSampleQuerySet.as_manager()
+    class Meta:
+        abstract = True
+
+
+class PortSample(PortReading):
+    """Raw InfiniBand/RoCE port samples, kept as long as raw GPU samples."""
+
+    node = _node_without_constraint(on_delete=models.DO_NOTHING, related_name="+")
 
     class Meta:
         indexes = [models.Index(fields=["node", "ts"], name="portsample_node_ts")]
 
     def __str__(self) -> str:
         return f"node {self.node_id} {self.device}/{self.port} @ {self.ts:%Y-%m-%d %H:%M:%S}"
+
+
+class LatestPortSample(PortReading):
+    """The newest sample of each port, kept as LatestGpuSample is (same writer, same refresh, same
+    never-back-in-time rule): the topology page and the node page read the fleet's or a node's ports
+    in one query instead of looking for each port's newest raw sample."""
+
+    pk = models.CompositePrimaryKey("node", "device", "port")
+    node = _node_without_constraint(on_delete=models.CASCADE, related_name="latest_port_samples")
+
+    def __str__(self) -> str:
+        return f"latest node {self.node_id} {self.device}/{self.port}"
 
 
 class TelemetryCursor(models.Model):

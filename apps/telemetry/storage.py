@@ -30,6 +30,7 @@ from apps.telemetry.models import (
     PORT_SAMPLE_FIELDS,
     GpuSample,
     LatestGpuSample,
+    LatestPortSample,
     PortSample,
     TelemetryCursor,
 )
@@ -72,7 +73,7 @@ class StoredBatch:
     duplicates: int = 0
     gpu_rows: int = 0
     port_rows: int = 0
-    latest_ts: dict[int, float] = field(default_factory=dict)  # node -> sample ts now in LatestGpuSample
+    latest_ts: dict[int, float] = field(default_factory=dict)  # node -> sample ts now in the newest-sample tables
 
 
 def write_batch(
@@ -103,14 +104,15 @@ def write_batch(
             result.stored.append(submission)
             result.cursors[submission.node_id] = max(result.cursors[submission.node_id], submission.message.seq)
         if result.stored:
-            gpu_rows, port_rows, newest = _rows(connection, result.stored, result.received_at)
+            gpu_rows, port_rows, newest_gpus, newest_ports = _rows(connection, result.stored, result.received_at)
             _bulk_insert(connection, cursor, GpuSample, GPU_COLUMNS, gpu_rows)
             _bulk_insert(connection, cursor, PortSample, PORT_COLUMNS, port_rows)
             not_before = latest_not_before or {}
-            latest = {key: ts_row for key, ts_row in newest.items() if ts_row[0] >= not_before.get(key[0], 0.0)}
-            _upsert_latest(connection, cursor, [row for _, row in latest.values()])
-            for (node_id, _), (ts, _) in latest.items():
-                result.latest_ts[node_id] = max(ts, result.latest_ts.get(node_id, ts))
+            for latest, newest in ((_LATEST_GPUS, newest_gpus), (_LATEST_PORTS, newest_ports)):
+                due = {key: ts_row for key, ts_row in newest.items() if ts_row[0] >= not_before.get(key[0], 0.0)}
+                latest.upsert(connection, cursor, [row for _, row in due.values()])
+                for (node_id, *_), (ts, _) in due.items():
+                    result.latest_ts[node_id] = max(ts, result.latest_ts.get(node_id, ts))
             advanced = {n: seq for n, seq in result.cursors.items() if seq != stored_seq[n]}
             advance_cursors(cursor, advanced, "telemetry_seq", result.received_at)
             result.gpu_rows, result.port_rows = len(gpu_rows), len(port_rows)
@@ -201,16 +203,20 @@ def _values_lists(rows: list[tuple[Any, ...]], row: str = "(%s, %s)") -> Iterabl
 Row = tuple[Any, ...]
 
 
+Newest = dict[tuple[Any, ...], tuple[float, Row]]  # (node, GPU) or (node, device, port) -> (ts, row)
+
+
 def _rows(
     connection: BaseDatabaseWrapper, stored: Iterable[Submission], received_at: datetime
-) -> tuple[list[Row], list[Row], dict[tuple[int, int], tuple[float, Row]]]:
-    """Copy-ready rows: raw GPU rows, raw port rows, and the newest (ts, row) of each (node, GPU)."""
+) -> tuple[list[Row], list[Row], Newest, Newest]:
+    """Copy-ready rows: raw GPU rows, raw port rows, and the newest (ts, row) of each GPU and port."""
     db_time = connection.ops.adapt_datetimefield_value  # psycopg: as is; SQLite: Django's text form
     received = db_time(received_at)
     astuple = msgspec.structs.astuple
     gpu_rows: list[Row] = []
     port_rows: list[Row] = []
-    newest: dict[tuple[int, int], tuple[float, Row]] = {}
+    newest_gpus: Newest = {}
+    newest_ports: Newest = {}
     for submission in stored:
         node_id = submission.node_id
         for sample in submission.message.samples:
@@ -218,11 +224,17 @@ def _rows(
             for gpu in sample.gpus:
                 row = head + astuple(gpu)
                 gpu_rows.append(row)
-                key = (node_id, gpu.index)
-                if key not in newest or newest[key][0] < sample.ts:
-                    newest[key] = (sample.ts, row)
-            port_rows.extend(head + astuple(port) for port in sample.ports)
-    return gpu_rows, port_rows, newest
+                _keep_newest(newest_gpus, (node_id, gpu.index), sample.ts, row)
+            for port in sample.ports:
+                row = head + astuple(port)
+                port_rows.append(row)
+                _keep_newest(newest_ports, (node_id, port.device, port.port), sample.ts, row)
+    return gpu_rows, port_rows, newest_gpus, newest_ports
+
+
+def _keep_newest(newest: Newest, key: tuple[Any, ...], ts: float, row: Row) -> None:
+    if key not in newest or newest[key][0] < ts:
+        newest[key] = (ts, row)
 
 
 def _bulk_insert(
@@ -257,34 +269,49 @@ def binary_types(model: type[Model], columns: Sequence[str]) -> list[str]:
     return [_PG_BINARY_TYPES[by_column[column].get_internal_type()] for column in columns]
 
 
-_LATEST_TABLE = LatestGpuSample._meta.db_table
-_LATEST_STAGE = "telemetry_latest_stage"  # per-session temporary table, emptied at each commit
-_ON_CONFLICT_NEWER = (
-    "ON CONFLICT (node_id, gpu_index) DO UPDATE SET "
-    + ", ".join(f"{c} = EXCLUDED.{c}" for c in GPU_COLUMNS if c not in ("node_id", "gpu_index"))
-    + f" WHERE {_LATEST_TABLE}.ts < EXCLUDED.ts"
-)
-
-
-def _upsert_latest(connection: BaseDatabaseWrapper, cursor: CursorWrapper, rows: list[tuple[Any, ...]]) -> None:
-    """One row per GPU, replaced whole by a newer sample, never by an older one (a replay).
+@dataclass(frozen=True)
+class _LatestTable:
+    """A newest-sample table: one row per GPU (or port), replaced whole by a newer sample, never by
+    an older one (a replay).
 
     On PostgreSQL the rows are copied into a temporary table and upserted from it in one
     statement: ``executemany`` costs a round trip per row (~0.25 ms each, 2,000 per batch).
     """
-    if not rows:
-        return
-    columns = ", ".join(GPU_COLUMNS)
-    if connection.vendor == "postgresql":
-        cursor.execute(
-            f"CREATE TEMPORARY TABLE IF NOT EXISTS {_LATEST_STAGE} (LIKE {_LATEST_TABLE}) ON COMMIT DELETE ROWS"
-        )
-        _bulk_insert(connection, cursor, LatestGpuSample, GPU_COLUMNS, rows, table=_LATEST_STAGE)
-        cursor.execute(
-            f"INSERT INTO {_LATEST_TABLE} ({columns}) SELECT {columns} FROM {_LATEST_STAGE} {_ON_CONFLICT_NEWER}"
-        )
-    else:
-        placeholders = ", ".join(["%s"] * len(GPU_COLUMNS))
-        cursor.executemany(
-            f"INSERT INTO {_LATEST_TABLE} ({columns}) VALUES ({placeholders}) {_ON_CONFLICT_NEWER}", rows
-        )
+
+    model: type[Model]
+    columns: tuple[str, ...]
+    key: tuple[str, ...]
+
+    @property
+    def table(self) -> str:
+        return self.model._meta.db_table
+
+    @property
+    def stage(self) -> str:
+        return f"{self.table}_stage"  # per-session temporary table, emptied at each commit
+
+    @property
+    def on_conflict_newer(self) -> str:
+        updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in self.columns if c not in self.key)
+        return f"ON CONFLICT ({', '.join(self.key)}) DO UPDATE SET {updates} WHERE {self.table}.ts < EXCLUDED.ts"
+
+    def upsert(self, connection: BaseDatabaseWrapper, cursor: CursorWrapper, rows: list[Row]) -> None:
+        if not rows:
+            return
+        columns = ", ".join(self.columns)
+        if connection.vendor == "postgresql":
+            stage = f"CREATE TEMPORARY TABLE IF NOT EXISTS {self.stage} (LIKE {self.table}) ON COMMIT DELETE ROWS"
+            cursor.execute(stage)
+            _bulk_insert(connection, cursor, self.model, self.columns, rows, table=self.stage)
+            cursor.execute(
+                f"INSERT INTO {self.table} ({columns}) SELECT {columns} FROM {self.stage} {self.on_conflict_newer}"
+            )
+        else:
+            placeholders = ", ".join(["%s"] * len(self.columns))
+            cursor.executemany(
+                f"INSERT INTO {self.table} ({columns}) VALUES ({placeholders}) {self.on_conflict_newer}", rows
+            )
+
+
+_LATEST_GPUS = _LatestTable(LatestGpuSample, GPU_COLUMNS, key=("node_id", "gpu_index"))
+_LATEST_PORTS = _LatestTable(LatestPortSample, PORT_COLUMNS, key=("node_id", "device", "port"))

@@ -11,7 +11,7 @@ from apps.failures.models import Failure
 from apps.failures.recording import raise_failure
 from apps.inventory.choices import Liveness
 from apps.inventory.models import Node
-from apps.telemetry.models import GpuSample, LatestGpuSample, PortSample
+from apps.telemetry.models import GpuSample, LatestGpuSample, LatestPortSample
 from tests import factories
 
 HW_SLOWDOWN_AND_POWER_CAP = 0x8 | 0x4
@@ -54,7 +54,7 @@ def wave(index: int, step: int) -> dict[str, object]:
 
 def store_samples(node: Node, now: datetime, *, gpus: int, ports: int) -> None:
     """The newest sample of every GPU (GPU 0 hot and slowed down), raw samples for the charts, and
-    one sample a port (the last port down, with link errors)."""
+    the newest sample of every port (the last port down, with link errors)."""
     odd = {"throttle_reasons": HW_SLOWDOWN_AND_POWER_CAP, "ecc_uncorrected_volatile": 2, "pcie_replay_count": 7}
     LatestGpuSample.objects.bulk_create(
         LatestGpuSample(node=node, ts=now, received_at=now, **gpu_metrics(i, **(odd if i == 0 else {})))
@@ -65,14 +65,14 @@ def store_samples(node: Node, now: datetime, *, gpus: int, ports: int) -> None:
         for s in range(RAW_SAMPLES)
         for i in range(gpus)
     )
-    PortSample.objects.bulk_create(
-        PortSample(
+    LatestPortSample.objects.bulk_create(
+        LatestPortSample(
             node=node,
-            ts=now - timedelta(seconds=age),
+            ts=now,
             received_at=now,
             device=f"mlx5_{p}",
             port=1,
-            state="down" if p == ports - 1 and age == 0 else "active",
+            state="down" if p == ports - 1 else "active",
             rate_gbps=400.0,
             tx_gbps=120.5,
             rx_gbps=118.0,
@@ -81,7 +81,6 @@ def store_samples(node: Node, now: datetime, *, gpus: int, ports: int) -> None:
             rcv_errors=0,
         )
         for p in range(ports)
-        for age in (0, 30)  # an older sample of each port, which the page must not show
     )
 
 

@@ -17,7 +17,7 @@ from apps.failures.events import node_unreachable, record_event, record_events
 from apps.failures.models import Failure
 from apps.inventory.choices import FabricKind, FabricTopology, Liveness, SwitchTier
 from apps.inventory.models import Fabric, Node, Rack
-from apps.telemetry.models import LatestGpuSample, PortSample
+from apps.telemetry.models import LatestGpuSample, LatestPortSample
 from tests import factories
 from tests.dashboard.conftest import off_the_loop, screenshot
 from tests.failures.conftest import T0, events, xid
@@ -261,8 +261,8 @@ def ops_fleet() -> OpsFleet:
             )
             for g in range(8)
         )
-        PortSample.objects.bulk_create(
-            PortSample(
+        LatestPortSample.objects.bulk_create(
+            LatestPortSample(
                 node_id=node.pk,
                 ts=now,
                 device=f"mlx5_{p}",

@@ -1,4 +1,4 @@
-"""apps/telemetry/links.py: each node port's newest reading, if it is recent."""
+"""apps/telemetry/links.py: each cabled node port's newest reading, if it is recent, in one query."""
 
 from datetime import timedelta
 
@@ -7,14 +7,14 @@ from django.utils import timezone
 
 from apps.inventory.topology import cabled_node_ports
 from apps.telemetry.links import RECENT, latest_port_readings
-from apps.telemetry.models import PortSample
+from apps.telemetry.models import LatestPortSample
 from tests import factories
 
 pytestmark = pytest.mark.django_db
 
 
-def sample(node, device: str, at, tx: float) -> PortSample:
-    return PortSample.objects.create(
+def sample(node, device: str, at, tx: float) -> LatestPortSample:
+    return LatestPortSample.objects.create(
         node_id=node.pk,
         ts=at,
         device=device,
@@ -33,12 +33,11 @@ def test_it_reads_the_newest_recent_sample_of_each_cabled_port(django_assert_num
     node = factories.node(cluster, factories.node_type(nics=3))
     factories.cable_node_to_leaf(node, leaf)
     now = timezone.now()
-    sample(node, "mlx5_0", now - timedelta(seconds=2), tx=10.0)
-    sample(node, "mlx5_0", now - timedelta(seconds=1), tx=20.0)  # the newest wins
+    sample(node, "mlx5_0", now - timedelta(seconds=1), tx=20.0)
     sample(node, "mlx5_1", now - RECENT - timedelta(seconds=1), tx=30.0)  # too old to be "now"
     sample(node, "mlx5_9", now, tx=40.0)  # a port not cabled to a switch
 
-    with django_assert_num_queries(2):
+    with django_assert_num_queries(1):
         readings = latest_port_readings(cabled_node_ports(), now=now)
 
     assert readings == {(node.pk, "mlx5_0", 1): (20.0, 1.0, 400.0)}

@@ -12,6 +12,7 @@ from apps.telemetry.models import (
     PORT_SAMPLE_FIELDS,
     GpuSample,
     LatestGpuSample,
+    LatestPortSample,
     PortSample,
     TelemetryCursor,
 )
@@ -69,6 +70,17 @@ def test_it_keeps_one_newest_row_per_gpu(make_node):
     latest = LatestGpuSample.objects.filter(node=node)
     assert latest.count() == 8
     assert {(row.ts, row.util_gpu) for row in latest} == {(at(T0 + 60), 90.0)}
+
+
+def test_it_keeps_one_newest_row_per_port_never_moving_back_in_time(make_node):
+    node = make_node()
+    message = telemetry(1, samples=3)
+    message.samples[2].ports[0].tx_gbps = 99.0
+    write_batch([Submission(node.pk, message)])
+    write_batch([Submission(node.pk, telemetry(2, ts=T0 - 600))])  # a replay of older samples
+    latest = LatestPortSample.objects.get(node=node)
+    assert (latest.device, latest.port, latest.ts, latest.tx_gbps) == ("mlx5_0", 1, at(T0 + 2), 99.0)
+    assert latest.symbol_errors is None
 
 
 def test_it_refreshes_newest_rows_only_of_nodes_due_for_it(make_node):

@@ -25,7 +25,7 @@ from apps.inventory.models import Cluster, Gpu, NetworkPort, Node, NodeType, Swi
 from apps.inventory.models.nodes import LIFECYCLE_TRANSITIONS, REASON_REQUIRED, NodeQuerySet
 from apps.inventory.topology import nvlink_matrix
 from apps.telemetry import throttle
-from apps.telemetry.models import LatestGpuSample, PortSample
+from apps.telemetry.models import LatestGpuSample, LatestPortSample
 from apps.telemetry.queries import WINDOWS
 
 # The lifecycle actions each page offers operators (REST actions of /api/v1/nodes/<id>/), and where
@@ -225,7 +225,7 @@ class GpuRow:
 class PortRow:
     name: str  # "mlx5_0/1"
     port: NetworkPort | None  # None: reported by the agent, not in the inventory
-    sample: PortSample | None  # None: no sample in the last PORT_SAMPLE_MAX_AGE
+    sample: LatestPortSample | None  # None: no sample in the last PORT_SAMPLE_MAX_AGE
 
     @property
     def state(self) -> str:
@@ -251,8 +251,8 @@ def port_rows(node: Node, now: Any) -> list[PortRow]:
         (port.device_name, port.port_num): port
         for port in NetworkPort.objects.filter(node=node).select_related("_peer_switch_port__switch")
     }
-    recent = PortSample.objects.filter(node=node, ts__gte=now - PORT_SAMPLE_MAX_AGE, ts__lte=now)
-    samples = {(sample.device, sample.port): sample for sample in recent.newest_per_port()}
+    recent = LatestPortSample.objects.filter(node=node, ts__gte=now - PORT_SAMPLE_MAX_AGE)
+    samples = {(sample.device, sample.port): sample for sample in recent}
     return [
         PortRow(f"{device}/{number}", ports.get((device, number)), samples.get((device, number)))
         for device, number in sorted(ports.keys() | samples.keys())
