@@ -284,6 +284,10 @@ SPECTACULAR_SETTINGS = {
         "RoleEnum": "apps.accounts.roles.Role",
         "EnrollmentTokenStateEnum": "apps.gateway.choices.EnrollmentTokenState",
         "GatewayErrorCodeEnum": "apps.gateway.choices.CounterCode",
+        "RunStateEnum": "apps.jobs.choices.RunState",
+        "CommandStateEnum": "apps.jobs.choices.CommandState",
+        "CommandOutcomeEnum": "apps.jobs.choices.CommandOutcome",
+        "CheckEnum": "apps.jobs.choices.CHECK_CHOICES",
     },
 }
 

@@ -12,6 +12,7 @@ api_v1 = [
     path("", include("apps.failures.api.urls")),
     path("", include("apps.telemetry.api.urls")),
     path("", include("apps.gateway.api.urls")),
+    path("", include("apps.jobs.api.urls")),
 ]
 
 urlpatterns = [

@@ -27,6 +27,7 @@ from apps.failures.events import node_unreachable
 from apps.failures.models import StragglerFlag
 from apps.gateway.models import DiscoveryChange, EnrollmentToken, GatewayCounter, NodeAgent, NodeCredential
 from apps.inventory.models import Cluster, Node, Rack
+from apps.jobs.models import Run, Step
 from tests import factories
 from tests.dashboard.test_page_access import PAGE_ROUTES
 from tests.shared_data import rolled_back_afterwards
@@ -117,6 +118,13 @@ REQUIRED_ROLE: dict[str, dict[str, str]] = {
     **read_only("/api/v1/agents"),
     **read_only("/api/v1/discovery-changes"),
     **read_only("/api/v1/gateway-errors"),
+    # Runs and commands: viewers read, operators start and cancel
+    "/api/v1/runs": {"GET": VIEWER, "POST": OPERATOR},
+    "/api/v1/runs/{id}": {"GET": VIEWER},
+    "/api/v1/runs/{id}/cancel": {"POST": OPERATOR},
+    "/api/v1/runs/{id}/logs": {"GET": VIEWER},
+    **read_only("/api/v1/commands"),
+    "/api/v1/commands/{id}/cancel": {"POST": OPERATOR},
 }
 
 
@@ -198,6 +206,7 @@ def build_world() -> None:
     DiscoveryChange.objects.create(node=node, kind="gpu_added", subject="gpu0")
     GatewayCounter.objects.create(node=node, code="malformed", count=1)
     now = timezone.now()
+    Run.objects.launch(nodes=[node], steps=[Step("health")], deadline=now + timedelta(hours=1), actor="test")
     StragglerFlag.objects.create(
         node=node,
         gpu_index=1,

@@ -16,7 +16,8 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import models, transaction
-from django.db.models import Count, Q
+from django.db.models import Case, Count, Q, Sum, Value, When
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agents import protocol
@@ -110,10 +111,20 @@ class RunQuerySet(models.QuerySet["Run"]):
         return run
 
     def with_counts(self) -> "RunQuerySet":
-        """Each run with how many of its commands are in each state, and its nodes: one query."""
+        """Each run with how many of its commands are in each state, its nodes, and ``progress_sum``
+        (1 for each command over, its fraction for each running): one query."""
         counts = {f"{state}_count": Count("commands", filter=Q(commands__state=state)) for state in CommandState.values}
+        progress = Case(
+            When(commands__state__in=COMMAND_FINAL, then=Value(1.0)),
+            When(commands__state__in=COMMAND_ACTIVE, then=Coalesce("commands__fraction", Value(0.0))),
+            default=Value(0.0),
+            output_field=models.FloatField(),
+        )
         return self.select_related("created_by").annotate(
-            command_count=Count("commands"), node_count=Count("commands__node", distinct=True), **counts
+            command_count=Count("commands"),
+            node_count=Count("commands__node", distinct=True),
+            progress_sum=Coalesce(Sum(progress), Value(0.0)),
+            **counts,
         )
 
 
