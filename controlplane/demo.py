@@ -46,7 +46,7 @@ FLEET_SEED = 1
 FLEET_CREDENTIALS_FILE = "fleet-credentials.json"  # under the var directory
 # Alive but sane: a straggler from the start, one GPU overheating for five minutes after a minute,
 # one falling off the bus after two.
-FLEET_FAULTS = "gpu-005:straggler:gpu3 gpu-009:thermal@60+300:gpu6 gpu-012:xid79@120:gpu2"
+FLEET_FAULTS = "gpu-005:straggler:gpu3 gpu-009:thermal@30+600:gpu6 gpu-012:xid79@120:gpu2"
 
 READY_TIMEOUT_S = 90
 REDIS_START_TIMEOUT_S = 10

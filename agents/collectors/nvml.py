@@ -165,6 +165,9 @@ class NvmlCollector:
             "pcie_gen": self._ask(gpu, pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
             "pcie_width": self._ask(gpu, pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
             "pcie_width_current": self._ask(gpu, pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
+            "slowdown_temp_c": self._ask(
+                gpu, pynvml.nvmlDeviceGetTemperatureThreshold, handle, pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
+            ),
         }
         return GpuInfo(
             index=gpu.index,

@@ -7,6 +7,7 @@ import msgspec
 from agents.protocol.base import (
     MAX_GPUS_PER_NODE,
     MAX_PORTS_PER_NODE,
+    Celsius,
     Gbps,
     GpuIndex,
     GpuUuid,
@@ -40,6 +41,9 @@ class GpuInfo(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     # The width the link trained at: under pcie_width means a degraded slot, riser or cable. (The current
     # generation is not inventory: GPUs drop to Gen1 when idle to save power.)
     pcie_width_current: Annotated[int, msgspec.Meta(ge=1, le=32)] | None = None
+    # Where the GPU starts slowing its clocks for heat (nvmlDeviceGetTemperatureThreshold, SLOWDOWN):
+    # the server judges a sample's temperature against it (apps/failures/throttling.py).
+    slowdown_temp_c: Celsius | None = None
     nvlinks: list[NvLinkPeer] = []
 
 

@@ -69,6 +69,7 @@ class SimulatedCollector:
                 pcie_gen=profile.pcie_gen,
                 pcie_width=PCIE_WIDTH,
                 pcie_width_current=gpu.pcie_width,
+                slowdown_temp_c=profile.slowdown_c,
                 nvlinks=identity.nvlinks(gpu.inactive_links),
             )
             for gpu in model.gpus

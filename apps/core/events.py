@@ -15,12 +15,12 @@ Subscribers register in their app's ``AppConfig.ready()`` and know nothing of ea
 extras/events.py is the model: the model announces, the presenters and adapters listen). Today:
 
 - the live streams (apps/dashboard/apps.py): node and failure changes, and stored telemetry, to browsers;
-- the failures' counter watch (apps/failures/apps.py): ECC, row-remapping and recovery-action
-  counters in stored telemetry raise failures;
+- the failures' telemetry watch (apps/failures/apps.py): ECC, row-remapping and recovery-action
+  counters, and thermal and power-brake throttling, in stored telemetry raise failures;
 - the gateway (apps/gateway/apps.py): commands and cancels for agents, to their nodes' sockets.
 
 Where a subscriber runs matters: it holds up the committing thread for as long as it runs. One that
-does database work does it there, in transactions of its own (the counter watch, on the ingest's
+does database work does it there, in transactions of its own (the telemetry watch, on the ingest's
 writer thread, before the agent gets its ack). One that lives on an event loop hands the event over
 and returns (the live publisher: ``call_soon_threadsafe`` to its loop). Anything slow, remote or
 that must be retried is queued as a Celery task that takes ids, never done on the committing thread.

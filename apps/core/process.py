@@ -13,7 +13,7 @@ in its ``AppConfig.ready()``, so that one look at the app configs says what a pr
   works the same, and its parts go with the process. A part used again after a shutdown starts afresh.
 
 Parts are shut down in the order they were added, which is INSTALLED_APPS order: the ingestor writes
-what is pending while the subscribers it feeds (the counter watch, the live publisher) still listen.
+what is pending while the subscribers it feeds (the telemetry watch, the live publisher) still listen.
 """
 
 import asyncio

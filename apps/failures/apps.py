@@ -11,9 +11,10 @@ class FailuresConfig(AppConfig):
         from apps.core.metrics import registry
         from apps.core.process import process
         from apps.failures import metrics
-        from apps.failures.counters import counter_watch
+        from apps.failures.watch import telemetry_watch
 
-        # Counters in stored telemetry (ECC, row remapping, recovery action) raise failures.
-        process.add(counter_watch)
-        events.subscribe(events.TelemetryStored, counter_watch.telemetry_stored)
+        # Stored telemetry raises failures: counters that moved (ECC, row remapping, recovery action)
+        # and conditions that last (thermal and power-brake throttling, rows still pending or failed).
+        process.add(telemetry_watch)
+        events.subscribe(events.TelemetryStored, telemetry_watch.telemetry_stored)
         registry.register(metrics.collect)  # the failures still being worked on, in /metrics

@@ -29,6 +29,7 @@ class FailureKind(models.TextChoices):
     ROW_REMAP = "row_remap", "Row remapping"
     NVLINK = "nvlink", "NVLink"
     THERMAL = "thermal", "Thermal"
+    POWER = "power", "Power"
     PCIE = "pcie", "PCIe"
     INFINIBAND = "infiniband", "InfiniBand"
     LIVENESS = "liveness", "Liveness"

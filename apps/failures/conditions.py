@@ -84,6 +84,15 @@ THERMAL = Condition(
     "The GPU is throttling for heat: check inlet temperature, fans and airflow in the rack. If only this GPU "
     "runs hot, check its heatsink and thermal interface at the next maintenance window.",
 )
+POWER_BRAKE = Condition(
+    "power-brake",
+    FailureKind.POWER,
+    Severity.ERROR,
+    "Power brake slowdown",
+    "The board is holding the GPU's clocks down for its power supply (the power brake, or a hardware slowdown "
+    "with no heat behind it): check the node's PSUs and power shelf in the BMC (ipmitool sdr, the SEL). If every "
+    "GPU of the node or rack brakes, it is the power feed; drain the node if it lasts.",
+)
 PORT_DOWN = Condition(
     "port-down",
     FailureKind.INFINIBAND,

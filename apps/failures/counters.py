@@ -1,11 +1,11 @@
 """Failures read from telemetry counters, for what happens without an XID (or before it arrives).
 
-The counter watch hears of every stored telemetry batch (``TelemetryStored``, apps/core/events.py;
-subscribed in apps/failures/apps.py) and compares each GPU's sample with the one before it, at the
-sample's own time (so it lines up with the agent's XID events). Counters are compared, never judged
-alone: a GPU whose rows had already failed when the server started raises nothing until something
-changes (the XID 64 it logged then did). Volatile counters go back to zero when the driver reloads
-or the GPU is reset; a drop is not an error.
+The telemetry watch (apps/failures/watch.py) compares each GPU's sample with the one before it, at
+the sample's own time (so it lines up with the agent's XID events), and calls
+``failures_from_sample_deltas`` when a watched counter moved. A change is compared, never judged
+alone: a GPU whose rows had already failed when the server started raises nothing from here (the
+XID 64 it logged then did; the watch sights the state again once it has lasted a minute). Volatile
+counters go back to zero when the driver reloads or the GPU is reset; a drop is not an error.
 A counter that moves while an XID accounting for it is active on the GPU (an uncorrected ECC count
 after XID 48) is linked to that XID as its side effect (apps/failures/recording.py).
 
@@ -13,13 +13,11 @@ Ports need nothing here: the agent already turns a port's state and link-downed 
 ``port`` events (agents.collectors.infiniband.port_event), which events.py records.
 """
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from django.utils import timezone
 
 from agents.protocol import GpuSample
-from apps.core.events import TelemetryStored
-from apps.core.process import ProcessPart
 from apps.failures import conditions
 from apps.failures import xid as catalog
 from apps.failures.conditions import Condition, Observation
@@ -28,6 +26,16 @@ from apps.failures.recording import raise_failure
 
 TELEMETRY_ACTOR = "system:telemetry"
 RECOVERY_ACTION_CHANGED = 154  # the XID the driver logs when the recovery action changes
+
+
+def watched(sample: GpuSample) -> tuple[object, ...]:
+    """What ``failures_from_sample_deltas`` compares: when it is unchanged, nothing moved."""
+    return (
+        sample.ecc_uncorrected_volatile,
+        sample.remapped_rows_pending,
+        sample.remapped_rows_failed,
+        sample.recovery_action,
+    )
 
 
 def _rose(prev: int | None, cur: int | None) -> bool:
@@ -73,13 +81,14 @@ def failures_from_sample_deltas(
         for condition, detail in found
     ]
     if cur.recovery_action is not None and cur.recovery_action != prev.recovery_action:
-        failures += _recovery_action_changed(node_id, cur.index, cur.recovery_action, at)
+        failures += recovery_action_seen(node_id, cur.index, cur.recovery_action, at)
     return failures
 
 
-def _recovery_action_changed(node_id: int, gpu_index: int, action: int, at: datetime) -> list[Failure]:
-    """Show the new recovery action on the GPU's active failures; if it asks for something and the GPU
-    has none, raise one as the driver's XID 154 would."""
+def recovery_action_seen(node_id: int, gpu_index: int, action: int, at: datetime) -> list[Failure]:
+    """Show the recovery action on the GPU's active failures; if it asks for something and the GPU
+    has none (never had, or they were resolved while the GPU still asks), raise one as the driver's
+    XID 154 would."""
     updated = Failure.objects.active().filter(node_id=node_id, gpu_index=gpu_index).update(recovery_action=action)
     if updated or action == catalog.NO_RECOVERY_ACTION:
         return []
@@ -93,47 +102,3 @@ def _recovery_action_changed(node_id: int, gpu_index: int, action: int, at: date
         recovery_action=action,
     )
     return [raise_failure(observation, actor=TELEMETRY_ACTOR)]
-
-
-def _watched(sample: GpuSample) -> tuple[object, ...]:
-    return (
-        sample.ecc_uncorrected_volatile,
-        sample.remapped_rows_pending,
-        sample.remapped_rows_failed,
-        sample.recovery_action,
-    )
-
-
-class CounterWatch(ProcessPart):
-    """Remembers each GPU's last sample, so that every new one goes to ``failures_from_sample_deltas``
-    with the one before it. The comparison that decides whether anything moved is a tuple compare in
-    memory: at 8,000 samples a second the database is only touched for the rare sample whose counters
-    changed. Shut down, it forgets (the first sample after is compared with nothing, as after a restart)."""
-
-    def __init__(self) -> None:
-        self._last: dict[tuple[int, int], GpuSample] = {}
-
-    def telemetry_stored(self, event: TelemetryStored) -> None:
-        """The subscriber, on the ingest's writer thread once the batch is committed (a replayed
-        duplicate is not in it, so it raises nothing twice)."""
-        for node_id, message in event.messages:
-            samples = sorted(message.samples, key=lambda sample: sample.ts)
-            self.observe(node_id, [(datetime.fromtimestamp(s.ts, UTC), s.gpus) for s in samples])
-
-    async def shutdown(self) -> None:
-        self._last = {}
-
-    def observe(self, node_id: int, samples: list[tuple[datetime, list[GpuSample]]]) -> list[Failure]:
-        """Samples of one node, oldest first, each with its own time."""
-        raised: list[Failure] = []
-        for at, gpus in samples:
-            for gpu in gpus:
-                key = (node_id, gpu.index)
-                prev = self._last.get(key)
-                self._last[key] = gpu
-                if prev is not None and _watched(prev) != _watched(gpu):
-                    raised += failures_from_sample_deltas(node_id, prev, gpu, at=at)
-        return raised
-
-
-counter_watch = CounterWatch()  # the server process's

@@ -4,11 +4,13 @@ telemetry event sink call.
 - ``record_events(node_id, message)``: every event of an ``Events`` message, in one transaction.
   Call it only for a message whose seq is new (inside the transaction that advances the node's
   events cursor): a replayed message would otherwise be counted twice.
-- ``node_unreachable(node_id)`` / ``node_recovered(node_id)``: the liveness hook.
+- ``node_unreachable(node_id)`` / ``node_recovered(node_id)``: the liveness hook, and
+  ``nodes_still_unreachable(node_ids)`` for the nodes each sweep finds still silent.
 - ``duplicate_identity(node_id, detail)`` / ``clock_skewed(node_id, offset_s)``: what the gateway
   refused from an agent that points at a fault of the node itself.
 """
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from django.db import transaction
@@ -95,6 +97,14 @@ def node_unreachable(node_id: int, *, at: datetime | None = None) -> Failure:
     """The node's heartbeats stopped: raise (or count again) its liveness failure."""
     observation = Observation(node_id=node_id, at=at or timezone.now(), condition=conditions.NODE_UNREACHABLE)
     return raise_failure(observation, actor=LIVENESS_ACTOR)
+
+
+def nodes_still_unreachable(node_ids: Iterable[int], *, at: datetime | None = None) -> list[Failure]:
+    """Nodes a sweep finds still unreachable: one whose liveness failure someone resolved while it
+    stayed silent gets a new one (returned), as any condition still there does at its next sighting."""
+    silent = set(node_ids)
+    covered = Failure.objects.active().filter(node_id__in=silent, kind=FailureKind.LIVENESS).values_list("node_id")
+    return [node_unreachable(node_id, at=at) for node_id in sorted(silent - {row[0] for row in covered})]
 
 
 def node_recovered(node_id: int, *, at: datetime | None = None) -> list[Failure]:

@@ -76,11 +76,17 @@ def adopt_side_effects(cause: Failure, *, actor: str) -> int:
     return len(earlier)
 
 
-def raise_failure(observation: Observation, *, actor: str) -> Failure:
-    """Open a failure for the observation, or count it against the active one it repeats.
+def raise_failure(observation: Observation, *, actor: str, ongoing: bool = False) -> Failure:
+    """Open a failure for the observation, or count it against the active one it repeats. With none
+    active (never raised, or resolved while the condition lasted), the sighting opens a new one.
 
     ``actor`` names the source in the audit log ("system:agent", "system:liveness", ...); opening a
     failure is logged, a repeat is only counted (an XID storm must not flood the audit log).
+
+    ``ongoing``: the sighting of a condition that lasts, made again while it lasts (a GPU still
+    throttling, rows still pending): it counts into whichever active failure the condition has on
+    the GPU or port, a side effect's included, rather than opening one beside it once its cause's
+    sightings are long past.
     """
     with transaction.atomic():
         cause = find_cause(observation)
@@ -92,17 +98,16 @@ def raise_failure(observation: Observation, *, actor: str) -> Failure:
                 gpu_index=observation.gpu_index,
                 port_name=observation.port_name,
                 code=observation.condition.code,
-                cause=cause,
             )
         )
-        failure = same.first()
+        failure = (same if ongoing else same.filter(cause=cause)).first()
         if failure is None:
             failure = _open(observation, cause, actor=actor)
             if failure is not None:
                 adopt_side_effects(failure, actor=actor)
                 _pass_recovery_action_to(cause, observation)
                 return failure
-            failure = same.get()  # another consumer opened it between our read and our insert
+            failure = same.get(cause=cause)  # another consumer opened it between our read and our insert
         _count_repeat(failure, observation)
         _pass_recovery_action_to(cause, observation)
         return failure

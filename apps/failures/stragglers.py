@@ -265,9 +265,11 @@ def update_flags(judgements: Iterable[Judgement], *, now: datetime, policy: Poli
 
     A GPU or node that was not judged this time (idle, silent, too few peers) keeps its flag as it
     was: it was slow the last time it was seen under load, and that is still the best knowledge.
+    A straggler whose failure someone resolved while it is still slow gets a new failure.
     """
     judgements = list(judgements)
     changes = FlagChanges()
+    still: list[tuple[StragglerFlag, Judgement]] = []
     with transaction.atomic():
         active = {
             (flag.node_id, flag.gpu_index, flag.metric): flag
@@ -285,11 +287,14 @@ def update_flags(judgements: Iterable[Judgement], *, now: datetime, policy: Poli
                 _copy_judgement(flag, judgement)
                 flag.last_flagged = now
                 changes.refreshed.append(flag)
+                still.append((flag, judgement))
             elif flag is not None:
                 flag.cleared_at = now
                 changes.cleared.append(flag)
+        _reopen_resolved(still, now)
         StragglerFlag.objects.bulk_update(
-            changes.refreshed, ["value", "reference", "deviation", "threshold", "peer_count", "last_flagged"]
+            changes.refreshed,
+            ["value", "reference", "deviation", "threshold", "peer_count", "last_flagged", "failure"],
         )
         StragglerFlag.objects.bulk_update(changes.cleared, ["cleared_at"])
         _resolve_failures_back_in_line({flag.failure_id for flag in changes.cleared if flag.failure_id})
@@ -301,14 +306,34 @@ def _copy_judgement(flag: StragglerFlag, judgement: Judgement) -> None:
     flag.deviation, flag.peer_count = judgement.deviation, judgement.peer_count
 
 
-def _raise_flag(judgement: Judgement, now: datetime, policy: Policy) -> StragglerFlag | None:
-    observation = Observation(
+def _observation(judgement: Judgement, now: datetime) -> Observation:
+    return Observation(
         node_id=judgement.node_id,
         at=now,
         condition=conditions.STRAGGLER,
         gpu_index=judgement.gpu_index,
         detail=judgement.describe(),
     )
+
+
+def _reopen_resolved(still: list[tuple[StragglerFlag, Judgement]], now: datetime) -> None:
+    """The flags still low whose failure is no longer active (someone resolved it): the next
+    sighting opens a new failure, one per GPU or node however many of its metrics are low."""
+    active = set(
+        Failure.objects.active().filter(pk__in={flag.failure_id for flag, _ in still}).values_list("pk", flat=True)
+    )
+    reopened: dict[tuple[int, int | None], Failure] = {}
+    for flag, judgement in still:
+        if flag.failure_id in active:
+            continue
+        member = (flag.node_id, flag.gpu_index)
+        if member not in reopened:
+            reopened[member] = raise_failure(_observation(judgement, now), actor=STRAGGLERS_ACTOR)
+        flag.failure = reopened[member]
+
+
+def _raise_flag(judgement: Judgement, now: datetime, policy: Policy) -> StragglerFlag | None:
+    observation = _observation(judgement, now)
     flag = StragglerFlag(
         node_id=judgement.node_id,
         gpu_index=judgement.gpu_index,

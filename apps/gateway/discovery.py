@@ -156,6 +156,7 @@ def _apply_gpus(node: Node, reported: Sequence[protocol.GpuInfo]) -> list[Discov
             )
             row.state = GpuState.HEALTHY
         row.model, row.serial, row.memory_mib = info.name, info.serial or "", info.memory_mib
+        row.slowdown_temp_c = info.slowdown_temp_c
         row.pci_bus_id = info.pci_bus_id or ""
         _validated_save(row, f"gpus[{position}]", _GPU_FIELD_NAMES)
 

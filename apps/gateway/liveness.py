@@ -49,6 +49,13 @@ def record_heard(node_ids: Iterable[int], now: datetime) -> list[Node]:
     return returned
 
 
+def sight_unreachable(now: datetime) -> None:
+    """Every sweep: the nodes still unreachable are sighted again, so that a liveness failure resolved
+    while its node stayed silent is followed by a new one."""
+    silent = Node.objects.filter(liveness=Liveness.UNREACHABLE).values_list("pk", flat=True)
+    sinks.nodes_still_unreachable(list(silent), now)
+
+
 def mark_unreachable(now: datetime) -> list[Node]:
     """Mark online nodes silent for longer than ``silence_limit()`` unreachable; return them."""
     cutoff = now - silence_limit()

@@ -8,6 +8,7 @@ purpose replaces one of them with a fault injector.
 """
 
 import logging
+from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
@@ -17,6 +18,7 @@ from apps.accounts.audit import record
 from apps.core.events import NodeChanged, announce
 from apps.failures.events import node_recovered as resolve_liveness_failures
 from apps.failures.events import node_unreachable as raise_liveness_failure
+from apps.failures.events import nodes_still_unreachable as sight_liveness_failures
 from apps.failures.events import record_events as raise_failures
 from apps.inventory.models import Node
 from apps.jobs import dispatch as commands
@@ -78,6 +80,11 @@ def node_unreachable(node: Node) -> None:
     record("node.unreachable", actor="system:liveness", obj=node, last_seen_at=_iso(node))
     raise_liveness_failure(node.pk)
     announce_liveness(node)
+
+
+def nodes_still_unreachable(node_ids: list[int], now: datetime) -> None:
+    """Nodes still silent at a sweep: a liveness failure resolved meanwhile is raised again (apps.failures)."""
+    sight_liveness_failures(node_ids, at=now)
 
 
 def node_recovered(node: Node) -> None:

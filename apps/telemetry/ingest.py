@@ -206,7 +206,7 @@ class Ingestor(ProcessPart):
     def _write(self, batch: list[Submission]) -> StoredBatch:
         """On the writer thread: store the batch, then announce what it stored (a replayed duplicate is
         not announced). Its subscribers run here, committed, before the agents get their acks: the
-        failures' counter watch raises what the counters show, the live publisher notes the values."""
+        failures' telemetry watch raises what the samples show, the live publisher notes the values."""
         stored = self._writer(batch, latest_not_before=self._latest_due)
         if stored.stored:
             announce(TelemetryStored(tuple(NodeTelemetry(s.node_id, s.message) for s in stored.stored)))

@@ -31,6 +31,7 @@ DISCOVERY_FUNCTIONS = (
     "nvmlDeviceGetCurrPcieLinkWidth",
     "nvmlDeviceGetNvLinkState",
     "nvmlDeviceGetNvLinkRemotePciInfo",
+    "nvmlDeviceGetTemperatureThreshold",
 )
 SAMPLE_FUNCTIONS = (
     "nvmlDeviceGetUtilizationRates",
@@ -88,6 +89,13 @@ class FakeGpu:
     enforced_limit_mw: int = 690_000
     power_mw: int = 612_345
     temperature: int = 64
+    thresholds: dict[int, int] = field(  # nvmlDeviceGetTemperatureThreshold's, by threshold type
+        default_factory=lambda: {
+            pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: 92,
+            pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: 87,
+            pynvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX: 85,
+        }
+    )
     util_gpu: int = 87
     util_mem: int = 45
     sm_clock: int = 1980
@@ -258,6 +266,12 @@ class FakeNvml:
 
     def nvmlDeviceGetPowerManagementLimit(self, handle: Any) -> int:
         return self.gpu(handle, "nvmlDeviceGetPowerManagementLimit").power_limit_mw
+
+    def nvmlDeviceGetTemperatureThreshold(self, handle: Any, threshold: int) -> int:
+        gpu = self.gpu(handle, "nvmlDeviceGetTemperatureThreshold", threshold)
+        if threshold not in gpu.thresholds:
+            raise nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return gpu.thresholds[threshold]
 
     def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: Any) -> int:
         self.gpu(handle, "nvmlDeviceGetMaxPcieLinkGeneration")

@@ -154,6 +154,7 @@ def test_it_discovers_each_gpu_with_its_nvlinks_and_pcie_link(nvml):
     assert gpu.pci_bus_id == "0000:2a:00.0"
     assert gpu.power_limit_w == 700.0
     assert (gpu.pcie_gen, gpu.pcie_width, gpu.pcie_width_current) == (5, 16, 8)
+    assert gpu.slowdown_temp_c == 87  # the slowdown threshold, not the shutdown or the max-operating one
     assert [link.link for link in gpu.nvlinks] == list(range(18))
     assert [link.link for link in gpu.nvlinks if not link.active] == [3]
     assert gpu.nvlinks[3].peer_pci_bus_id is None
@@ -214,6 +215,7 @@ DISCOVERY_CASES = {
     "nvmlDeviceGetMaxPcieLinkGeneration": lambda inv: inv.gpus[0].pcie_gen is None,
     "nvmlDeviceGetMaxPcieLinkWidth": lambda inv: inv.gpus[0].pcie_width is None,
     "nvmlDeviceGetCurrPcieLinkWidth": lambda inv: inv.gpus[0].pcie_width_current is None,
+    "nvmlDeviceGetTemperatureThreshold": lambda inv: inv.gpus[0].slowdown_temp_c is None,
     "nvmlDeviceGetNvLinkState": lambda inv: inv.gpus[0].nvlinks == [],
     "nvmlDeviceGetNvLinkRemotePciInfo": lambda inv: {link.peer_pci_bus_id for link in inv.gpus[0].nvlinks} == {None},
     "nvmlDeviceGetUUID": lambda inv: [gpu.index for gpu in inv.gpus] == [1],  # no UUID, no inventory entry

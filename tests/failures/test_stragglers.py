@@ -174,6 +174,23 @@ def test_a_straggler_still_low_keeps_its_flag_and_failure(node):
     assert Failure.objects.get().count == 1  # one failure per straggler episode, not per run
 
 
+def test_a_straggler_resolved_while_still_slow_opens_a_new_failure_at_its_next_sighting(node):
+    [flag] = update_flags([judgement(node), judgement(node, metric="sm_clock_mhz", value=1700.0)], now=NOW).raised[:1]
+    first = flag.failure
+    first.resolve(actor="alice", note="thought it was fixed")
+
+    later = NOW + timedelta(seconds=30)
+    changes = update_flags([judgement(node), judgement(node, metric="sm_clock_mhz", value=1700.0)], now=later)
+
+    second = Failure.objects.active().get()
+    assert second.pk != first.pk
+    assert (second.kind, second.gpu_index, second.first_seen) == (FailureKind.STRAGGLER, 3, later)
+    assert {f.failure_id for f in changes.refreshed} == {second.pk}  # both metrics' flags, one failure
+    assert set(StragglerFlag.objects.active().values_list("failure", flat=True)) == {second.pk}
+    update_flags([judgement(node)], now=later + timedelta(seconds=30))
+    assert Failure.objects.count() == 2  # the new one stands while it stays slow
+
+
 def test_a_gpu_back_in_line_clears_its_flag_and_resolves_its_failure(node):
     update_flags([judgement(node)], now=NOW)
     later = NOW + timedelta(minutes=10)

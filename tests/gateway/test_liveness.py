@@ -74,6 +74,21 @@ def test_it_marks_a_silent_node_unreachable_once_and_announces_it_once(fleet):
     assert liveness_of("never-seen") == Liveness.UNKNOWN
 
 
+def test_a_liveness_failure_resolved_while_the_node_is_still_silent_is_raised_again_at_the_next_sweep(fleet):
+    liveness.mark_unreachable(T0 + timedelta(seconds=30))
+    first = Failure.objects.get(node=fleet["quiet"])
+    first.resolve(actor="alice", note="looked fine from here")
+    liveness.sight_unreachable(T0 + timedelta(seconds=35))  # chatty's is still open: nothing new for it
+
+    second = Failure.objects.active().get(node=fleet["quiet"])
+    assert second.pk != first.pk
+    assert (second.code, second.first_seen) == ("node-unreachable", T0 + timedelta(seconds=35))
+    assert open_liveness_failures() == ["chatty", "quiet"]
+    assert Failure.objects.filter(node=fleet["chatty"]).count() == 1
+    liveness.sight_unreachable(T0 + timedelta(seconds=40))
+    assert Failure.objects.filter(node=fleet["quiet"]).count() == 2
+
+
 def test_it_brings_an_unreachable_node_back_when_its_agent_speaks(fleet):
     liveness.mark_unreachable(T0 + timedelta(seconds=30))
 

@@ -1,6 +1,6 @@
 """What the telemetry pipeline hands to apps.failures: each new events message (the gateway's sinks
 store it and raise its failures in one transaction), and (through the ``TelemetryStored`` event the
-counter watch subscribes to) each GPU's counters compared with its previous sample. A replayed
+telemetry watch subscribes to) each GPU's counters compared with its previous sample. A replayed
 duplicate raises nothing twice."""
 
 import pytest

@@ -27,7 +27,7 @@ async def close_connections_of_sync_to_async_thread():
 
 @pytest.fixture
 def announced() -> Iterator[list[TelemetryStored]]:
-    """What the ingest announces, heard as the live publisher and the counter watch hear it."""
+    """What the ingest announces, heard as the live publisher and the telemetry watch hear it."""
     heard: list[TelemetryStored] = []
     events.subscribe(TelemetryStored, heard.append)
     yield heard

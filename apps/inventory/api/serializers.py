@@ -167,9 +167,11 @@ class GpuSerializer(ValidatedModelSerializer):
             "memory_mib",
             "pci_bus_id",
             "state",
+            "slowdown_temp_c",
             "created_at",
             "updated_at",
         ]
+        read_only_fields = ["slowdown_temp_c"]  # what the GPU's agent reports
 
 
 class NetworkPortSerializer(ValidatedModelSerializer):

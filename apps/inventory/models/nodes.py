@@ -301,6 +301,9 @@ class Gpu(models.Model):
         ],
     )
     state = models.CharField(max_length=16, choices=GpuState.choices, default=GpuState.HEALTHY)
+    slowdown_temp_c = models.FloatField(
+        null=True, blank=True, help_text="Where the GPU starts slowing its clocks for heat, °C, as its agent reports."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
