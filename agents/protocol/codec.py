@@ -44,7 +44,8 @@ def encode(message: Message) -> bytes:
 class Decoder:
     """Decodes the messages of one union (what an agent sends, what a check writes), or raises
     ProtocolError: ``oversize`` past MAX_FRAME_BYTES, ``malformed`` for what is not JSON,
-    ``unknown_type`` for a type outside the union, ``invalid`` for anything else msgspec refuses."""
+    ``unknown_type`` for a type outside the union, ``invalid`` for anything else msgspec refuses and
+    for JSON nested too deeply to decode. It raises nothing else, whatever the frame."""
 
     def __init__(self, messages: UnionType) -> None:
         self._decoder = msgspec.json.Decoder(messages)
@@ -65,6 +66,9 @@ class Decoder:
             raise ProtocolError("invalid", str(exc), seq=seq, stream=stream, key=command_key(frame)) from exc
         except msgspec.DecodeError as exc:
             raise ProtocolError("malformed", f"Not a JSON message: {exc}") from exc
+        except RecursionError as exc:  # msgspec nests as deep as the interpreter's recursion limit allows
+            _, seq, stream = _header(frame)
+            raise ProtocolError("invalid", "Frame nested too deeply to decode.", seq=seq, stream=stream) from exc
 
 
 class _Header(msgspec.Struct):
@@ -92,7 +96,7 @@ def _header(frame: bytes | str) -> tuple[object, int | None, Stream | None]:
     """The type, seq and stream a refused frame names, each None where it names none (or is no JSON object)."""
     try:
         header = _header_decoder.decode(frame)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None, None, None
     seq = header.seq if type(header.seq) is int else None  # not a bool, a string or a float
     return header.type, seq, header.type if header.type in STREAMS else None  # type: ignore[return-value]

@@ -16,7 +16,8 @@ class CloseCode(IntEnum):
     GOING_AWAY = 1001
     """The agent is stopping (SIGTERM): a clean goodbye."""
     INTERNAL_ERROR = 1011
-    """A bug in one of the agent's connection loops: it drops this connection and reconnects."""
+    """A bug in one of the agent's connection loops, or in the server's consumer of the socket: the side
+    that hit it drops this connection, and the agent reconnects."""
     UNAUTHORIZED = 4401
     """The credential is missing, invalid or revoked. The agent logs it as an error and retries only after
     the backoff's cap: re-enrolling fixes it, and a credential restored on the server is picked up again."""

@@ -18,6 +18,7 @@ The close codes it uses (4401 credential refused, 4403 impersonation, 4409 super
 protocol version) are ``agents.protocol.CloseCode``, which the agent reads too.
 """
 
+import contextlib
 import logging
 from datetime import datetime
 from typing import Any
@@ -99,13 +100,32 @@ class AgentConsumer(AsyncWebsocketConsumer):
         bookkeeper().connected(credential.pk)
         await self.channel_layer.group_add(agent_group(self.node.pk), self.channel_name)
 
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """The consumer's life; whatever ends it (the agent closing, a bug in a handler, the server stopping),
+        the node's connection is cleaned up: a dead socket must not stay in the node's group or count as live."""
+        try:
+            await super().__call__(scope, receive, send)
+        except Exception:
+            logger.exception("The agent consumer of %s failed; closing its socket", getattr(self, "node", "a node"))
+            with contextlib.suppress(Exception):  # the socket may be gone already
+                await self.close(code=protocol.CloseCode.INTERNAL_ERROR, reason="Internal server error.")
+        finally:
+            await self._clean_up()
+
     async def disconnect(self, code: int) -> None:
-        if self.credential is None:
+        await self._clean_up()
+
+    async def _clean_up(self) -> None:
+        """Forget this connection, once: in the bookkeeping, the node's group and its agent record."""
+        credential, self.credential = self.credential, None
+        if credential is None:
             return
-        bookkeeper().disconnected(self.credential.pk)
-        await self.channel_layer.group_discard(agent_group(self.node.pk), self.channel_name)
-        if self.said_hello:
-            await database_sync_to_async(_record_disconnect)(self.node.pk, self.connected_at)
+        bookkeeper().disconnected(credential.pk)
+        try:
+            await self.channel_layer.group_discard(agent_group(self.node.pk), self.channel_name)
+        finally:
+            if self.said_hello:
+                await database_sync_to_async(_record_disconnect)(self.node.pk, self.connected_at)
 
     async def _close(self, code: protocol.CloseCode, reason: str) -> None:
         self.closing = True

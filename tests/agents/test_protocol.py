@@ -68,6 +68,34 @@ REFUSED_FRAMES = {  # frame: code, seq and stream the refusal names
 }
 
 
+DEEP = 100_000  # levels; such a frame takes 200 KB, well under MAX_FRAME_BYTES
+DEEPLY_NESTED = {  # where the nesting is: frame
+    "an item": '{"type": "telemetry", "seq": 3, "samples": ' + "[" * DEEP + "]" * DEEP + "}",
+    "the seq": '{"type": "telemetry", "seq": ' + "[" * DEEP + "]" * DEEP + ', "samples": []}',
+    "the type": '{"type": ' + "[" * DEEP + "]" * DEEP + "}",
+    "an unknown field": '{"type": "hello", "extra": ' + '{"a": ' * DEEP + "1" + "}" * DEEP + "}",
+}
+
+
+@pytest.mark.parametrize("frame", DEEPLY_NESTED.values(), ids=DEEPLY_NESTED.keys())
+def test_a_frame_nested_too_deep_to_decode_is_refused_like_any_other(frame):
+    for decode in (protocol.decode_agent_message, protocol.decode_server_message):
+        with pytest.raises(protocol.ProtocolError) as refused:
+            decode(frame)
+
+        assert refused.value.code in ("invalid", "unknown_type"), refused.value.message
+
+
+def test_evidence_nested_too_deep_to_decode_is_refused_with_a_reason():
+    result = '{"type": "check_result", "check": "compute", "device": "cpu", "device_name": "x", "tool": "y", '
+    result += '"started": 1760000000, "finished": 1760000001, "evidence": {"raw": ' + "[" * DEEP + "]" * DEEP + "}}"
+
+    with pytest.raises(protocol.ProtocolError) as refused:
+        protocol.decode_check_line(result)
+
+    assert (refused.value.code, refused.value.message) == ("invalid", "Frame nested too deeply to decode.")
+
+
 @pytest.mark.parametrize(("frame", "refusal"), REFUSED_FRAMES.items(), ids=REFUSED_FRAMES.keys())
 def test_a_refused_frame_names_its_code_and_what_it_could_read_of_its_seq_and_stream(frame, refusal):
     with pytest.raises(protocol.ProtocolError) as refused:

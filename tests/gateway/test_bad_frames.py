@@ -41,6 +41,12 @@ BAD_FRAMES = {  # frame, error code, seq and stream named in the reply
     "wrong type": ('{"type": "telemetry", "seq": "eighteen", "samples": []}', "invalid", None, "telemetry"),
     "array": ('[{"type": "heartbeat"}]', "invalid", None, None),
     "empty": ("", "malformed", None, None),
+    "nested too deep": (
+        '{"type": "telemetry", "seq": 19, "samples": ' + "[" * 10**5 + "]" * 10**5 + "}",
+        "invalid",
+        None,
+        None,
+    ),
 }
 
 
