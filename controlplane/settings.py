@@ -32,7 +32,7 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "controlplane.admin_site.AdminConfig",  # django.contrib.admin with the throttled sign-in
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -218,6 +218,11 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": JOBS_SWEEP_S},
     },
     "purge-audit-log": {"task": "apps.accounts.tasks.purge_audit_log", "schedule": crontab(hour=3, minute=17)},
+    "accounts-forget-stale-throttles": {
+        "task": "apps.accounts.tasks.forget_stale_throttles",
+        "schedule": 3600.0,
+        "options": {"expires": 3600},
+    },
     "failures-flag-stragglers": {
         "task": "apps.failures.tasks.flag_stragglers",
         "schedule": 30.0,
@@ -329,6 +334,15 @@ SILENCED_SYSTEM_CHECKS = ["security.W021"]  # HSTS preload is a decision for eac
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DATA_UPLOAD_MAX_MEMORY_SIZE", 20 * 1024 * 1024, minimum=1024)
 
 AUDIT_LOG_RETENTION_DAYS = env_int("AUDIT_LOG_RETENTION_DAYS", 400, minimum=1)
+# Repeated refusals of anonymous callers share one audit row per address, action, status and window.
+AUDIT_REFUSAL_WINDOW_S = env_int("AUDIT_REFUSAL_WINDOW_S", 600, minimum=1)
+# Throttles on failed attempts (apps/accounts/throttle.py): this many failures within the lockout's
+# length lock the account, or the address, out for that long.
+SIGNIN_FAILURES_PER_ACCOUNT = env_int("SIGNIN_FAILURES_PER_ACCOUNT", 5, minimum=1)
+SIGNIN_FAILURES_PER_ADDRESS = env_int("SIGNIN_FAILURES_PER_ADDRESS", 20, minimum=1)
+SIGNIN_LOCKOUT = timedelta(minutes=env_int("SIGNIN_LOCKOUT_MINUTES", 15, minimum=1))
+ENROLLMENT_FAILURES_PER_ADDRESS = env_int("ENROLLMENT_FAILURES_PER_ADDRESS", 10, minimum=1)
+ENROLLMENT_LOCKOUT = timedelta(minutes=env_int("ENROLLMENT_LOCKOUT_MINUTES", 15, minimum=1))
 API_TOKEN_LAST_USED_RESOLUTION_S = 60
 
 # Telemetry storage (apps/telemetry): retention, ingest batching, /metrics freshness.

@@ -4,7 +4,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from apps.accounts.audit import describe
-from apps.accounts.models import ApiToken, AuditLogEntry, User
+from apps.accounts.models import ApiToken, AuditLogEntry, FailureCounter, User
 
 
 @admin.register(User)
@@ -51,7 +51,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
 @admin.register(AuditLogEntry)
 class AuditLogEntryAdmin(admin.ModelAdmin):
-    list_display = ["timestamp", "actor", "action", "status_code", "object_repr", "remote_addr"]
+    list_display = ["timestamp", "actor", "action", "status_code", "count", "object_repr", "remote_addr"]
     list_filter = ["method", "status_code"]
     search_fields = ["actor", "action", "object_repr", "path"]
     date_hierarchy = "timestamp"
@@ -63,4 +63,19 @@ class AuditLogEntryAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(FailureCounter)
+class FailureCounterAdmin(admin.ModelAdmin):
+    """Who is locked out of signing in or enrolling, and who is close to it. Deleting a row unlocks its key."""
+
+    list_display = ["scope", "key", "failures", "window_started_at", "locked_until"]
+    list_filter = ["scope"]
+    search_fields = ["key"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False

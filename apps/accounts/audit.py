@@ -1,12 +1,23 @@
 """Writing the audit log. Views say *what* they did with ``describe``; the middleware writes the
-row for every state-changing request, and code that runs outside a request calls ``record``."""
+row for every state-changing request, and code that runs outside a request calls ``record``.
+
+Anonymous requests (refused ones, mostly) are kept without letting anyone write rows at line rate:
+the repeats of one (the same address, action and status) within ``AUDIT_REFUSAL_WINDOW_S`` share one
+row, whose ``count`` says how many there were and ``last_at`` when the last was; the row keeps the
+first one's path, detail and user agent. An undescribed anonymous request's action names its route's
+view (``POST cluster-detail``), not its path, so that varying the path makes no new rows. A view
+whose anonymous event deserves a row of its own says so (``describe(..., own_row=True)``: a failed
+sign-in, which the sign-in throttle bounds).
+"""
 
 import ipaddress
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import models
+from django.db import IntegrityError, models, transaction
 from django.http import HttpRequest
+from django.utils import timezone
 
 from apps.accounts.models import ApiToken, AuditLogEntry, User
 
@@ -51,11 +62,15 @@ def _object_fields(obj: models.Model | None) -> dict[str, str]:
     }
 
 
-def describe(request: HttpRequest, action: str, obj: models.Model | None = None, **detail: Any) -> None:
-    """Name the action a request performed and the object it touched, for the middleware to log."""
+def describe(
+    request: HttpRequest, action: str, obj: models.Model | None = None, *, own_row: bool = False, **detail: Any
+) -> None:
+    """Name the action a request performed and the object it touched, for the middleware to log.
+    ``own_row``: an anonymous request's row is not shared with its repeats (see above)."""
     request = getattr(request, "_request", request)  # a DRF Request wraps the one the middleware sees
     annotation = getattr(request, _ANNOTATION, None) or {"detail": {}}
     annotation["action"] = action
+    annotation["own_row"] = own_row
     if obj is not None:
         annotation["object"] = _object_fields(obj)  # now: after a delete the object has no pk
     annotation["detail"].update(detail)
@@ -98,13 +113,16 @@ def record(
     )
 
 
-def record_request(request: HttpRequest, status_code: int) -> AuditLogEntry:
+def record_request(request: HttpRequest, status_code: int, now: datetime | None = None) -> None:
     user = getattr(request, "user", None)
     authenticated = user is not None and user.is_authenticated
     token = getattr(request, "auth", None)
     annotation = getattr(request, _ANNOTATION, None) or {"detail": {}}
-    action = annotation.get("action") or f"{request.method} {request.path}"
-    return AuditLogEntry.objects.create(
+    shared = not authenticated and not annotation.get("own_row")
+    action = annotation.get("action") or _undescribed_action(request, by_route=shared)
+    now = now or timezone.now()
+    entry = AuditLogEntry(
+        timestamp=now,
         user=user if authenticated else None,
         token=token if isinstance(token, ApiToken) else None,
         actor=user.get_username() if authenticated else "anonymous",
@@ -117,6 +135,33 @@ def record_request(request: HttpRequest, status_code: int) -> AuditLogEntry:
         user_agent=request.META.get("HTTP_USER_AGENT", "")[:300],
         **annotation.get("object", {}),
     )
+    if shared:
+        _record_repeat(entry, now)
+    else:
+        entry.save()
+
+
+def _undescribed_action(request: HttpRequest, *, by_route: bool) -> str:
+    match = getattr(request, "resolver_match", None)
+    if not by_route:
+        return f"{request.method} {request.path}"
+    return f"{request.method} {match.view_name if match else '(no route)'}"
+
+
+def _record_repeat(entry: AuditLogEntry, now: datetime) -> None:
+    """Save ``entry`` as the first of its window, or count it on the row that is."""
+    window_s = settings.AUDIT_REFUSAL_WINDOW_S
+    window = int(now.timestamp()) // window_s * window_s
+    entry._window_key = f"{entry.remote_addr}|{entry.action}|{entry.status_code}|{window}"[:300]
+    repeats = AuditLogEntry.objects.filter(_window_key=entry._window_key)
+    if repeats.update(count=models.F("count") + 1, last_at=now):
+        return
+    entry.last_at = now
+    try:
+        with transaction.atomic():
+            entry.save()
+    except IntegrityError:  # another request of the same window saved it first
+        repeats.update(count=models.F("count") + 1, last_at=now)
 
 
 PURGE_ACTOR = "system:purge_audit_log"

@@ -8,7 +8,8 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 
 
 class AuditLogMiddleware:
-    """Writes one audit row for every request that could change state, whatever its outcome.
+    """Writes one audit row for every request that could change state, whatever its outcome (the
+    repeats of an anonymous one share a row: apps/accounts/audit.py).
 
     It runs after the view, outside the view's transaction, so refused and failed attempts are
     kept as well (with their status code). DRF copies the user and token it authenticated onto the

@@ -1,5 +1,5 @@
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -149,7 +149,9 @@ class AuditLogEntryQuerySet(models.QuerySet["AuditLogEntry"]):
 
 
 class AuditLogEntry(models.Model):
-    """Who did what, when and from where. One row per state-changing request or command.
+    """Who did what, when and from where. One row per state-changing request or command, except
+    that repeated refusals of anonymous callers share one row per address, action, status and window
+    (``count`` says how many).
 
     Rows are written outside the request's transaction, so a refused or failed change is
     recorded too (with its status code).
@@ -175,6 +177,12 @@ class AuditLogEntry(models.Model):
     detail = models.JSONField(default=dict, blank=True)
     remote_addr = models.GenericIPAddressField(null=True, blank=True)
     user_agent = models.CharField(max_length=300, blank=True)
+    count = models.PositiveIntegerField(
+        default=1, help_text="How many times it happened: repeated anonymous refusals share one row per window."
+    )
+    last_at = models.DateTimeField(null=True, blank=True, help_text="When a shared row's last repeat happened.")
+    # Derived: the address, action, status and window a shared row counts (apps/accounts/audit.py).
+    _window_key = models.CharField(max_length=300, null=True, blank=True, unique=True, editable=False)
 
     objects = AuditLogEntryQuerySet.as_manager()
 
@@ -185,3 +193,33 @@ class AuditLogEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.timestamp:%Y-%m-%d %H:%M:%S} {self.actor} {self.action}"
+
+
+class FailureCounterQuerySet(models.QuerySet["FailureCounter"]):
+    def stale(self, now: datetime, window: timedelta) -> "FailureCounterQuerySet":
+        """Counters that hold nothing any more: their window has passed and they lock nothing."""
+        return self.filter(window_started_at__lte=now - window).filter(
+            models.Q(locked_until__isnull=True) | models.Q(locked_until__lte=now)
+        )
+
+
+class FailureCounter(models.Model):
+    """Recent failed attempts of one kind (``scope``: a sign-in for an account, a sign-in or an agent
+    enrollment from an address) by one ``key`` (the username tried, the client address), and the time
+    until which that key is locked out. ``apps/accounts/throttle.py`` holds the policy; deleting a row
+    (the admin can) unlocks its key."""
+
+    scope = models.CharField(max_length=32)
+    key = models.CharField(max_length=150)
+    failures = models.PositiveIntegerField(default=0, help_text="Failures since the window started.")
+    window_started_at = models.DateTimeField()
+    locked_until = models.DateTimeField(null=True, blank=True)
+
+    objects = FailureCounterQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["scope", "key"], name="failure_counter_unique_scope_key")]
+        verbose_name = "sign-in and enrollment throttle"
+
+    def __str__(self) -> str:
+        return f"{self.scope} {self.key}"

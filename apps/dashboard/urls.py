@@ -1,6 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
+from apps.accounts.signin import SignInView
 from apps.dashboard.views import failures, fleet, nodes, reliability, topology
 
 app_name = "dashboard"
@@ -17,6 +18,6 @@ urlpatterns = [
 
 # Outside the namespace: Django's auth views and LOGIN_URL expect these names.
 auth_urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("login/", SignInView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
 ]

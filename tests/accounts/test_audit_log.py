@@ -1,18 +1,20 @@
 """The audit log: one row per state-changing request, whatever its outcome (who, what, when, from
-where); readable by operators through the API and by admins in the (read-only) admin; purged after
-``AUDIT_LOG_RETENTION_DAYS``."""
+where), except that an anonymous request's repeats share a row with a count; readable by operators
+through the API and by admins in the (read-only) admin; purged after ``AUDIT_LOG_RETENTION_DAYS``."""
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from asgiref.sync import async_to_sync
+from django.contrib.auth.models import AnonymousUser
 from django.db import connection
-from django.test import AsyncClient
+from django.test import AsyncClient, Client, RequestFactory
 from django.test.utils import CaptureQueriesContext
+from django.urls import resolve
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from apps.accounts.audit import purge_expired, record
+from apps.accounts.audit import purge_expired, record, record_request
 from apps.accounts.models import ApiToken, AuditLogEntry, User
 from apps.accounts.roles import Role
 from apps.accounts.tasks import purge_audit_log
@@ -58,15 +60,19 @@ def test_it_records_who_did_what_when_and_from_where(admin_api):
 
 
 @pytest.mark.parametrize(
-    ("role", "status", "actor"),
-    [("anonymous", 401, "anonymous"), (Role.VIEWER, 403, "viewer-user"), (Role.ADMIN, 400, "admin-user")],
+    ("role", "status", "actor", "action"),
+    [
+        ("anonymous", 401, "anonymous", "POST cluster-list"),  # by route: see the shared rows below
+        (Role.VIEWER, 403, "viewer-user", "POST /api/v1/clusters"),
+        (Role.ADMIN, 400, "admin-user", "POST /api/v1/clusters"),
+    ],
 )
-def test_it_records_refused_requests_too(api_client, role, status, actor):
+def test_it_records_refused_requests_too(api_client, role, status, actor, action):
     response = api_client(role).post("/api/v1/clusters", {"name": ""}, HTTP_USER_AGENT=BROWSER)
 
     entry = AuditLogEntry.objects.get()
     assert response.status_code == status
-    assert (entry.actor, entry.action, entry.status_code) == (actor, "POST /api/v1/clusters", status)
+    assert (entry.actor, entry.action, entry.status_code) == (actor, action, status)
     assert (entry.remote_addr, entry.user_agent) == ("127.0.0.1", BROWSER)
     assert not Cluster.objects.exists()
 
@@ -83,6 +89,76 @@ def test_it_records_a_rejected_token_as_anonymous(db):
         "DELETE",
         401,
     )
+
+
+# Anonymous requests: one row per address, action, status and window, with a count -----------------
+
+ATTACKER = "203.0.113.9"
+
+
+def test_repeated_anonymous_refusals_share_one_row_with_a_count(db):
+    client = APIClient(REMOTE_ADDR=ATTACKER, HTTP_USER_AGENT=BROWSER)
+    for pk in range(40):
+        assert client.delete(f"/api/v1/clusters/{pk}").status_code == 401  # a new path each time
+
+    entry = AuditLogEntry.objects.get()
+    assert (entry.actor, entry.action, entry.status_code, entry.count) == (
+        "anonymous",
+        "DELETE cluster-detail",
+        401,
+        40,
+    )
+    assert (entry.path, entry.remote_addr, entry.user_agent) == ("/api/v1/clusters/0", ATTACKER, BROWSER)
+    assert entry.timestamp <= entry.last_at
+
+
+def test_each_address_action_and_status_gets_its_own_shared_row(db):
+    for address, times in ((ATTACKER, 3), ("203.0.113.10", 2)):
+        for _ in range(times):
+            APIClient(REMOTE_ADDR=address).post("/api/v1/clusters", {"name": "x"})
+    APIClient(REMOTE_ADDR=ATTACKER).delete("/api/v1/clusters/1")
+    forged = Client(enforce_csrf_checks=True, REMOTE_ADDR=ATTACKER)
+    for _ in range(2):
+        assert forged.post("/logout/").status_code == 403  # no CSRF token
+
+    assert sorted(AuditLogEntry.objects.values_list("remote_addr", "action", "status_code", "count")) == [
+        ("203.0.113.10", "POST cluster-list", 401, 2),
+        (ATTACKER, "DELETE cluster-detail", 401, 1),
+        (ATTACKER, "POST cluster-list", 401, 3),
+        (ATTACKER, "POST logout", 403, 2),
+    ]
+
+
+def test_a_new_window_starts_a_new_row(db, settings):
+    settings.AUDIT_REFUSAL_WINDOW_S = 600
+    request = RequestFactory().post("/api/v1/clusters", REMOTE_ADDR=ATTACKER)
+    request.user, request.resolver_match = AnonymousUser(), resolve("/api/v1/clusters")
+    t0 = datetime.fromtimestamp(2_000_000 * 600, tz=UTC)  # a window's first second
+
+    for at in (t0, t0 + timedelta(seconds=599), t0 + timedelta(seconds=600)):
+        record_request(request, 401, now=at)
+
+    assert list(AuditLogEntry.objects.order_by("id").values_list("timestamp", "last_at", "count")) == [
+        (t0, t0 + timedelta(seconds=599), 2),
+        (t0 + timedelta(seconds=600), t0 + timedelta(seconds=600), 1),
+    ]
+
+
+def test_signed_in_callers_keep_a_row_per_request(api_client):
+    for _ in range(3):
+        api_client(Role.VIEWER).post("/api/v1/clusters", {"name": "x"})
+
+    assert list(AuditLogEntry.objects.values_list("count", flat=True)) == [1, 1, 1]
+
+
+def test_the_api_shows_how_many_times_a_shared_row_happened(api_client):
+    for _ in range(3):
+        APIClient(REMOTE_ADDR=ATTACKER).post("/api/v1/clusters", {"name": "x"})
+
+    shown = api_client(Role.OPERATOR).get("/api/v1/audit-log").json()["results"]
+
+    assert [(row["action"], row["count"]) for row in shown] == [("POST cluster-list", 3)]
+    assert shown[0]["last_at"] is not None
 
 
 def test_it_records_a_change_that_was_rolled_back_with_its_status(admin_api, cluster):

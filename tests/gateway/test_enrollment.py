@@ -33,8 +33,8 @@ def issue(admin_api, **fields) -> str:
     return response.json()["token"]
 
 
-def enroll(token: str, hostname: str = "gpu-0042", **facts):
-    return APIClient().post(ENROLL, {"token": token, "hostname": hostname, **facts})
+def enroll(token: str, hostname: str = "gpu-0042", address: str = "127.0.0.1", **facts):
+    return APIClient(REMOTE_ADDR=address).post(ENROLL, {"token": token, "hostname": hostname, **facts})
 
 
 def test_it_shows_the_secret_once_and_stores_only_its_digest(admin_api, place):
@@ -263,3 +263,43 @@ def test_only_admins_handle_enrollment_tokens(api_client, place, role):
     )
     assert created.status_code in (401, 403)
     assert not EnrollmentToken.objects.exists()
+
+
+# Throttled by address: wrong tokens cannot be tried, nor written to the audit log, at line rate ----
+
+GUESSER = "203.0.113.20"
+
+
+def test_refused_enrollments_lock_the_address_out_and_share_two_audit_rows(admin_api, place):
+    token = issue(admin_api, **place)
+    AuditLogEntry.objects.all().delete()
+
+    answers = [enroll(f"cpe_0123abcd_guess{n}", address=GUESSER).status_code for n in range(25)]
+    locked = enroll(token, address=GUESSER)  # even the right token, until the lockout ends
+
+    assert answers == [403] * 10 + [429] * 15
+    assert locked.status_code == 429
+    assert 14 * 60 < int(locked["Retry-After"]) <= 15 * 60
+    assert locked.json()["detail"] == "Too many refused enrollments from this address: try again in 15 minutes."
+    assert sorted(AuditLogEntry.objects.values_list("action", "status_code", "count", "remote_addr")) == [
+        ("agent.enroll_request", 403, 10, GUESSER),
+        ("agent.enroll_throttled", 429, 16, GUESSER),
+    ]
+    assert not Node.objects.filter(hostname="gpu-0042").exists()
+
+
+def test_another_address_still_enrolls_while_one_is_locked_out(admin_api, place):
+    token = issue(admin_api, **place)
+    for n in range(10):
+        enroll(f"cpe_0123abcd_guess{n}", address=GUESSER)
+
+    assert enroll(token, address="203.0.113.21").status_code == 201
+
+
+def test_successful_enrollments_never_count_against_an_address(admin_api, place):
+    """A fleet enrolls from behind one address (a NAT, the simulator): more nodes than the limit."""
+    tokens = [issue(admin_api, **place) for _ in range(12)]
+
+    answers = [enroll(token, hostname=f"gpu-{n:04d}").status_code for n, token in enumerate(tokens)]
+
+    assert answers == [201] * 12

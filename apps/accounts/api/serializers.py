@@ -153,4 +153,6 @@ class AuditLogEntrySerializer(serializers.ModelSerializer):
             "detail",
             "remote_addr",
             "user_agent",
+            "count",
+            "last_at",
         ]

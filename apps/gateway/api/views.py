@@ -1,4 +1,5 @@
 from django.conf import settings
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.decorators import action
@@ -11,6 +12,7 @@ from rest_framework.views import APIView
 from apps.accounts.api.viewsets import BaseModelViewSet
 from apps.accounts.audit import client_address, describe, record
 from apps.accounts.roles import Role
+from apps.accounts.throttle import enrollment_address_policy, lockout, record_failure
 from apps.core.api.exceptions import Conflict
 from apps.gateway import filtersets, push
 from apps.gateway.api import serializers as s
@@ -111,24 +113,40 @@ class GatewayCounterViewSet(BaseModelViewSet):
 
 
 class EnrollView(APIView):
-    """An agent exchanges its one-time enrollment token for a node credential. The token is the authentication."""
+    """An agent exchanges its one-time enrollment token for a node credential. The token is the authentication.
+
+    An address whose enrollments were refused ``ENROLLMENT_FAILURES_PER_ADDRESS`` times within
+    ``ENROLLMENT_LOCKOUT_MINUTES`` is refused (429, Retry-After) for that long before any token is
+    looked at (apps/accounts/throttle.py); successful enrollments never count, so a fleet enrolling
+    from behind one address is not slowed."""
 
     authentication_classes: list = []
     permission_classes = [AllowAny]
 
     @extend_schema(
         request=s.EnrollRequestSerializer,
-        responses={201: s.EnrollResponseSerializer, 403: OpenApiResponse(description=ENROLLMENT_REFUSED)},
+        responses={
+            201: s.EnrollResponseSerializer,
+            403: OpenApiResponse(description=ENROLLMENT_REFUSED),
+            429: OpenApiResponse(description="Too many refused enrollments from this address; see Retry-After."),
+        },
         summary="Enroll a node's agent",
         auth=[],
     )
     def post(self, request: Request) -> Response:
+        now, address = timezone.now(), client_address(request)
+        locked = lockout(enrollment_address_policy(), address, now)
+        if locked:
+            describe(request, "agent.enroll_throttled")
+            wait = locked.retry_after_s(now)
+            return Response({"detail": locked.message(now)}, status=429, headers={"Retry-After": str(wait)})
         body = s.EnrollRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         hostname = body.validated_data["hostname"]
         try:
             enrollment = enroll(body.validated_data["token"], hostname, agent=body.agent_fields())
         except EnrollmentRefused as exc:
+            record_failure(enrollment_address_policy(), address, now)
             describe(request, "agent.enroll_request", exc.token, hostname=hostname, refused=exc.reason)
             raise PermissionDenied(ENROLLMENT_REFUSED) from exc
         node, credential = enrollment.node, enrollment.credential
@@ -140,7 +158,7 @@ class EnrollView(APIView):
             credential=credential.key_id,
             created_node=enrollment.created_node,
             revoked_credentials=enrollment.revoked_credentials,
-            remote_addr=client_address(request),
+            remote_addr=address,
         )
         describe(request, "agent.enroll_request", node, hostname=hostname, credential=credential.key_id)
         response = {
