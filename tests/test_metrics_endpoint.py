@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from agents.protocol import Events, GpuEvent, GpuSample, NodeSample, Telemetry
+from agents.protocol import Events, GpuEvent, GpuSample, NodeSample, PortSample, Telemetry
 from apps.accounts.roles import Role
 from apps.failures.events import record_events
 from apps.inventory.models import Cluster, Node, NodeType, Rack
@@ -27,6 +27,7 @@ NODE_FAMILIES = (
     "controlplane_failures_active",
     "controlplane_gpu_xid_errors_total",
     "DCGM_FI_DEV_GPU_UTIL",
+    "node_infiniband_port_data_received_bytes_total",
 )
 
 
@@ -36,11 +37,21 @@ def every_field_reported(index: int) -> GpuSample:
     return GpuSample(index=index, **values)
 
 
+def every_counter_reported(device: str) -> PortSample:
+    counters = dict.fromkeys(("symbol_errors", "link_downed", "rcv_errors", "tx_bytes", "rx_bytes"), 1)
+    return PortSample(device=device, port=1, state="active", rate_gbps=400.0, tx_gbps=1.5, rx_gbps=1.5, **counters)
+
+
 def busy_node(cluster: Cluster, node_type: NodeType, rack: Rack | None = None) -> Node:
-    """A node with something in every family: fresh samples of 8 GPUs, an XID and the failure it opened."""
+    """A node with something in every family: fresh samples of 8 GPUs and 8 ports, an XID and the failure
+    it opened."""
     node = factories.node(cluster, node_type)
     Node.objects.filter(pk=node.pk).update(rack=rack)
-    sample = NodeSample(ts=time.time() - 1, gpus=[every_field_reported(i) for i in range(8)])
+    sample = NodeSample(
+        ts=time.time() - 1,
+        gpus=[every_field_reported(i) for i in range(8)],
+        ports=[every_counter_reported(f"mlx5_{i}") for i in range(8)],
+    )
     write_batch([Submission(node.pk, Telemetry(seq=1, samples=[sample]))])
     xid = Events(seq=1, events=[GpuEvent(ts=time.time(), kind="xid", gpu_index=2, xid=79)])
     store_events(node.pk, xid)

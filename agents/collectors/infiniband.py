@@ -1,10 +1,12 @@
 """InfiniBand and RoCE ports, read from ``/sys/class/infiniband/<device>/ports/<n>/``.
 
 Discovery reads each port's rate, state, physical state and link layer (``Ethernet`` means RoCE) and
-its GUID. A sample adds the data counters as Gb/s and the error counters. ``port_xmit_data`` and
-``port_rcv_data`` count 4-byte words, so Gb/s = Δwords × 4 × 8 / 10⁹ / Δt; the first sample of a
-port has no rate yet, and a counter that went backwards (a reset, an HCA reload) gives no rate for
-that sample rather than a negative or enormous one. A file that is missing or holds garbage makes its
+its GUID. A sample adds the data counters, as bytes and as Gb/s, and the error counters.
+``port_xmit_data`` and ``port_rcv_data`` count 4-byte words, so bytes = words × 4 (as node_exporter
+reports them) and Gb/s = Δwords × 4 × 8 / 10⁹ / Δt; the first sample of a port has no rate yet, and a
+counter that went backwards (a reset, an HCA reload) gives no rate for that sample rather than a
+negative or enormous one. A saturated 32-bit counter (an HCA without extended counters) gives neither:
+it no longer counts. A file that is missing or holds garbage makes its
 field absent; nothing here raises on a strange sysfs tree.
 
 A port's state change, and any increase of its ``link_downed`` counter (a flap shorter than the
@@ -214,6 +216,8 @@ class InfiniBandCollector:
             symbol_errors=_read_counter(symbol_errors),
             link_downed=_read_counter(link_downed),
             rcv_errors=_read_counter(rcv_errors),
+            tx_bytes=_bytes(xmit),
+            rx_bytes=_bytes(rcv),
         )
 
     @staticmethod
@@ -234,6 +238,12 @@ class InfiniBandCollector:
 
     def close(self) -> None:
         self._ports.clear()
+
+
+def _bytes(words: int | None) -> int | None:
+    if words is None or words == LEGACY_COUNTER_MAX or words * 4 >= 2**63:
+        return None
+    return words * 4
 
 
 def _gbps(before: int, after: int, elapsed: float) -> float | None:

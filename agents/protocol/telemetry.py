@@ -67,6 +67,8 @@ class PortSample(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True)
     symbol_errors: Counter | None = None
     link_downed: Counter | None = None
     rcv_errors: Counter | None = None
+    tx_bytes: Counter | None = None  # data sent since the HCA's counters were reset (port_xmit_data × 4)
+    rx_bytes: Counter | None = None  # data received, likewise (port_rcv_data × 4)
 
 
 class NodeSample(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):

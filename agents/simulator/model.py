@@ -140,7 +140,17 @@ class SimGpu:
 
 
 class SimPort:
-    __slots__ = ("device", "downs_seen", "flapping_since", "last", "link_downed", "rcv_errors", "symbol_errors")
+    __slots__ = (
+        "device",
+        "downs_seen",
+        "flapping_since",
+        "last",
+        "link_downed",
+        "rcv_errors",
+        "rx_bytes",
+        "symbol_errors",
+        "tx_bytes",
+    )
 
     def __init__(self, device: str) -> None:
         self.device = device
@@ -149,6 +159,8 @@ class SimPort:
         self.symbol_errors = 0
         self.link_downed = 0
         self.rcv_errors = 0
+        self.tx_bytes = 0
+        self.rx_bytes = 0
         self.last: PortSample | None = None
 
     @property
@@ -314,7 +326,7 @@ class NodeModel:
         elapsed = t - self._t if self._t is not None else math.inf
         self._t = t
         load = self.workload.load(t)
-        return self._sample_gpus(load, elapsed), self._sample_ports(load, t, now)
+        return self._sample_gpus(load, elapsed), self._sample_ports(load, t, now, elapsed)
 
     def _sample_gpus(self, load: tuple[float, float, float, float], elapsed: float) -> list[GpuSample]:
         util_target, power_share, memory_share, comm = load
@@ -392,7 +404,9 @@ class NodeModel:
             )
         return samples
 
-    def _sample_ports(self, load: tuple[float, float, float, float], t: float, now: float) -> list[PortSample]:
+    def _sample_ports(
+        self, load: tuple[float, float, float, float], t: float, now: float, elapsed: float
+    ) -> list[PortSample]:
         rate = self.profile.ib_rate_gbps
         traffic = rate * load[3]
         ceiling = rate * 0.97
@@ -411,6 +425,9 @@ class NodeModel:
                 rx = min(ceiling, traffic * (1.1 - 0.25 * jitter))
             else:
                 tx = rx = 0.0
+            if math.isfinite(elapsed):  # the data counters count from the first sample on
+                port.tx_bytes += int(tx * elapsed * 1e9 / 8)
+                port.rx_bytes += int(rx * elapsed * 1e9 / 8)
             sample = PortSample(
                 device=port.device,
                 port=1,
@@ -421,6 +438,8 @@ class NodeModel:
                 symbol_errors=port.symbol_errors,
                 link_downed=port.link_downed,
                 rcv_errors=port.rcv_errors,
+                tx_bytes=port.tx_bytes,
+                rx_bytes=port.rx_bytes,
             )
             event = port_event(port.last, sample, now)
             if event is not None:

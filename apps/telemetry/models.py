@@ -68,6 +68,8 @@ PORT_SAMPLE_FIELDS: tuple[str, ...] = (
     "symbol_errors",
     "link_downed",
     "rcv_errors",
+    "tx_bytes",
+    "rx_bytes",
 )
 # The metrics that are rolled up and charted: (field, unit).
 ROLLUP_METRICS: dict[str, str] = {
@@ -184,6 +186,8 @@ class PortReading(models.Model):
     symbol_errors = models.BigIntegerField(null=True)
     link_downed = models.BigIntegerField(null=True)
     rcv_errors = models.BigIntegerField(null=True)
+    tx_bytes = models.BigIntegerField(null=True, help_text="Data sent since the HCA's counters were reset.")
+    rx_bytes = models.BigIntegerField(null=True, help_text="Data received since the HCA's counters were reset.")
     received_at = models.DateTimeField()
 
     class Meta:

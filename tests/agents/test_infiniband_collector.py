@@ -73,7 +73,7 @@ def test_it_finds_no_ports_on_a_host_without_infiniband(tmp_path):
     assert collector.sample(T0) == []
 
 
-def test_it_turns_data_counters_into_gbps_from_the_second_sample_on(sysfs):
+def test_it_reports_data_counters_as_bytes_and_as_gbps_from_the_second_sample_on(sysfs):
     port = write_port(sysfs, "mlx5_0", counters=COUNTERS)
     collector = InfiniBandCollector(sysfs)
 
@@ -83,6 +83,7 @@ def test_it_turns_data_counters_into_gbps_from_the_second_sample_on(sysfs):
     second = collector.sample(T0 + 2)
 
     assert (first[0].tx_gbps, first[0].rx_gbps) == (None, None)
+    assert (first[0].tx_bytes, first[0].rx_bytes) == (0, 0)
     assert second[0] == PortSample(
         device="mlx5_0",
         port=1,
@@ -93,6 +94,8 @@ def test_it_turns_data_counters_into_gbps_from_the_second_sample_on(sysfs):
         symbol_errors=0,
         link_downed=0,
         rcv_errors=0,
+        tx_bytes=int(350e9 * 2 / 32) * 4,  # node_exporter's port_data_transmitted_bytes: words × 4
+        rx_bytes=int(100e9 * 2 / 32) * 4,
     )
 
 
@@ -110,7 +113,7 @@ def test_it_gives_no_rate_when_a_counter_goes_backwards_and_resumes_after(sysfs)
     assert (after[0].tx_gbps, after[0].rx_gbps) == (pytest.approx(8.0), 0.0)
 
 
-def test_it_gives_no_rate_from_a_saturated_32_bit_counter(sysfs):
+def test_it_gives_no_rate_and_no_bytes_from_a_saturated_32_bit_counter(sysfs):
     port = write_port(sysfs, "mlx5_0", counters=COUNTERS)
     collector = InfiniBandCollector(sysfs)
     collector.sample(T0)
@@ -118,8 +121,8 @@ def test_it_gives_no_rate_from_a_saturated_32_bit_counter(sysfs):
     set_counters(port, port_xmit_data=2**32 - 1, port_rcv_data=1)
     (sample,) = collector.sample(T0 + 1)
 
-    assert sample.tx_gbps is None
-    assert sample.rx_gbps == pytest.approx(32e-9)
+    assert (sample.tx_gbps, sample.tx_bytes) == (None, None)  # it no longer counts
+    assert (sample.rx_gbps, sample.rx_bytes) == (pytest.approx(32e-9), 4)
 
 
 def test_it_reports_counters_absent_when_the_counters_directory_is_missing(sysfs):

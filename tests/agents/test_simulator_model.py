@@ -229,6 +229,18 @@ def test_a_straggler_is_not_visible_when_the_node_is_idle():
     assert abs(gpu(sample, 5).power_w - statistics.median(g.power_w for g in sample.gpus)) < 12
 
 
+def test_a_ports_data_counters_add_up_what_its_rates_carried():
+    collector = node(workload=STEADY_TRAINING)
+    samples = run(collector, 10)
+    port = [s.ports[0] for s in samples]
+
+    assert (port[0].tx_bytes, port[0].rx_bytes) == (0, 0)
+    for before, after in itertools.pairwise(port):  # one second apart; the rates are rounded to 0.01
+        assert after.tx_bytes - before.tx_bytes == pytest.approx(after.tx_gbps * 1e9 / 8, rel=1e-3)
+        assert after.rx_bytes - before.rx_bytes == pytest.approx(after.rx_gbps * 1e9 / 8, rel=1e-3)
+    assert port[-1].tx_bytes > 0
+
+
 def test_a_flapping_link_alternates_down_and_active_and_counts_the_downs():
     collector = node("gpu-001:flap@30+120:mlx5_3")
     samples = run(collector, 200)

@@ -83,6 +83,19 @@ def test_it_keeps_one_newest_row_per_port_never_moving_back_in_time(make_node):
     assert latest.symbol_errors is None
 
 
+def test_it_stores_a_ports_data_counters_raw_and_newest(make_node):
+    node = make_node()
+    message = telemetry(1, samples=2)
+    for i, sample in enumerate(message.samples):
+        sample.ports[0].tx_bytes, sample.ports[0].rx_bytes = 2**40 + i, 1000 * i
+    write_batch([Submission(node.pk, message)])
+    assert list(PortSample.objects.order_by("ts").values_list("tx_bytes", "rx_bytes")) == [
+        (2**40, 0),
+        (2**40 + 1, 1000),
+    ]
+    assert LatestPortSample.objects.values_list("tx_bytes", "rx_bytes").get(node=node) == (2**40 + 1, 1000)
+
+
 def test_it_refreshes_newest_rows_only_of_nodes_due_for_it(make_node):
     due, skipped = make_node(), make_node()
     write_batch([Submission(due.pk, telemetry(1)), Submission(skipped.pk, telemetry(1))])
