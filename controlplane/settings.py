@@ -160,6 +160,10 @@ AGENT_TELEMETRY_INTERVAL_S = env_int("AGENT_TELEMETRY_INTERVAL_S", 1, minimum=1)
 AGENT_WS_URL = env_str("AGENT_WS_URL", "")  # what enrollment tells agents; default: this server's /ws/agent
 AGENT_UNREACHABLE_AFTER_S = env_int("AGENT_UNREACHABLE_AFTER_S", 15, minimum=5)
 AGENT_LIVENESS_SWEEP_S = env_int("AGENT_LIVENESS_SWEEP_S", 5, minimum=1)
+# An agent socket that earns AGENT_ERROR_LIMIT error replies within AGENT_ERROR_WINDOW_S is closed
+# (apps/gateway/guards.py).
+AGENT_ERROR_LIMIT = env_int("AGENT_ERROR_LIMIT", 100, minimum=1)
+AGENT_ERROR_WINDOW_S = env_int("AGENT_ERROR_WINDOW_S", 10, minimum=1)
 if AGENT_UNREACHABLE_AFTER_S - AGENT_LIVENESS_SWEEP_S < 4:
     raise ImproperlyConfigured("AGENT_UNREACHABLE_AFTER_S must exceed AGENT_LIVENESS_SWEEP_S by at least 4 s.")
 

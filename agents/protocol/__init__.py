@@ -25,6 +25,7 @@ each side sends, and its decoder).
 """
 
 from agents.protocol.base import (
+    LARGEST,
     MAX_EVENTS_PER_FRAME,
     MAX_FRAME_BYTES,
     MAX_GPUS_PER_NODE,
@@ -35,6 +36,7 @@ from agents.protocol.base import (
     Celsius,
     CommandKey,
     Counter,
+    Cursor,
     Gbps,
     GpuIndex,
     GpuUuid,
@@ -47,6 +49,7 @@ from agents.protocol.base import (
     PortDevice,
     PortNumber,
     PortState,
+    RowId,
     Seq,
     ShortText,
     Stream,
@@ -100,6 +103,7 @@ from agents.protocol.telemetry import GpuSample, NodeSample, PortSample, Telemet
 __all__ = [
     "ENV_PREFIXES",
     "FRAME_SPLICERS",
+    "LARGEST",
     "MAX_CHECK_LINE_BYTES",
     "MAX_EVENTS_PER_FRAME",
     "MAX_EVIDENCE_DEPTH",
@@ -135,6 +139,7 @@ __all__ = [
     "CommandStarted",
     "CommandUpdate",
     "Counter",
+    "Cursor",
     "Error",
     "ErrorCode",
     "Events",
@@ -170,6 +175,7 @@ __all__ = [
     "PortState",
     "ProtocolError",
     "Range",
+    "RowId",
     "Seq",
     "ServerMessage",
     "ShortText",

@@ -12,9 +12,10 @@ MAX_PORTS_PER_NODE: Final = 64
 MAX_SAMPLES_PER_FRAME: Final = 600
 MAX_EVENTS_PER_FRAME: Final = 1000
 
-# Numeric ranges. NVML and sysfs counters are unsigned 64-bit; msgspec bounds are int64, and no real
-# counter reaches 2**63.
-Counter = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+# Numeric ranges: every number on the wire has both bounds. NVML and sysfs counters are unsigned 64-bit;
+# msgspec bounds are int64, and no real counter reaches 2**63.
+LARGEST: Final = 2**63 - 1
+Counter = Annotated[int, msgspec.Meta(ge=0, le=LARGEST)]
 Percent = Annotated[float, msgspec.Meta(ge=0, le=100)]
 Celsius = Annotated[float, msgspec.Meta(ge=-40, le=150)]
 Watts = Annotated[float, msgspec.Meta(ge=0, le=5000)]
@@ -24,7 +25,9 @@ Gbps = Annotated[float, msgspec.Meta(ge=0, le=10_000)]
 KBps = Annotated[int, msgspec.Meta(ge=0, le=10**10)]
 GpuIndex = Annotated[int, msgspec.Meta(ge=0, lt=MAX_GPUS_PER_NODE)]
 Timestamp = Annotated[float, msgspec.Meta(ge=1_500_000_000, le=4_102_444_800)]  # 2017 .. 2100, seconds
-Seq = Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
+Seq = Annotated[int, msgspec.Meta(ge=1, le=LARGEST)]
+Cursor = Annotated[int, msgspec.Meta(ge=0, le=LARGEST)]  # a stream's highest stored seq; 0 before the first
+RowId = Annotated[int, msgspec.Meta(ge=1, le=LARGEST)]  # a database row's id, as the server names a node
 ShortText = Annotated[str, msgspec.Meta(max_length=128)]
 Hostname = Annotated[
     str, msgspec.Meta(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$")

@@ -6,7 +6,8 @@ from typing import get_args
 
 import msgspec
 
-from agents.protocol.base import MAX_FRAME_BYTES, STREAMS, CommandKey, Message, Stream
+from agents.protocol.base import MAX_FRAME_BYTES, STREAMS, CommandKey, Message, Seq, Stream
+from agents.protocol.ranges import range_of
 from agents.protocol.session import Error, ErrorCode
 
 
@@ -80,6 +81,7 @@ class _Header(msgspec.Struct):
 
 
 _header_decoder = msgspec.json.Decoder(_Header)
+SEQ_RANGE = range_of(Seq)
 _key_decoder = msgspec.json.Decoder(CommandKey)
 
 
@@ -88,7 +90,7 @@ def command_key(frame: bytes | str) -> str | None:
     try:
         key = _header_decoder.decode(frame).key
         return _key_decoder.decode(msgspec.json.encode(key)) if isinstance(key, str) else None
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return None
 
 
@@ -98,5 +100,5 @@ def _header(frame: bytes | str) -> tuple[object, int | None, Stream | None]:
         header = _header_decoder.decode(frame)
     except (msgspec.DecodeError, RecursionError):
         return None, None, None
-    seq = header.seq if type(header.seq) is int else None  # not a bool, a string or a float
+    seq = header.seq if type(header.seq) is int and header.seq in SEQ_RANGE else None  # not a bool, 0 or 10**30
     return header.type, seq, header.type if header.type in STREAMS else None  # type: ignore[return-value]

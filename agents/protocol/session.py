@@ -6,7 +6,18 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from agents.protocol.base import CommandKey, Hostname, Message, ShortText, Stream, Timestamp
+from agents.protocol.base import (
+    CommandKey,
+    Counter,
+    Cursor,
+    Hostname,
+    Message,
+    RowId,
+    Seq,
+    ShortText,
+    Stream,
+    Timestamp,
+)
 
 
 class CloseCode(IntEnum):
@@ -27,34 +38,36 @@ class CloseCode(IntEnum):
     """A newer connection of the same node took over (one socket per node)."""
     PROTOCOL_VERSION = 4426
     """The server does not speak the Hello's protocol version."""
+    TOO_MANY_ERRORS = 4429
+    """The server answered too many of this connection's frames with an Error in a short window."""
 
 
 class Hello(Message, tag="hello"):
-    protocol: Annotated[int, msgspec.Meta(ge=1)]
+    protocol: Annotated[int, msgspec.Meta(ge=1, le=1000)]
     agent_version: ShortText
     hostname: Hostname
     simulated: bool = False
-    buffered_samples: Annotated[int, msgspec.Meta(ge=0)] = 0
-    dropped_samples: Annotated[int, msgspec.Meta(ge=0)] = 0  # lost from a full buffer, ever (counted, not hidden)
+    buffered_samples: Counter = 0
+    dropped_samples: Counter = 0  # lost from a full buffer, ever (counted, not hidden)
 
 
 class Heartbeat(Message, tag="heartbeat"):
     ts: Timestamp
-    buffered_samples: Annotated[int, msgspec.Meta(ge=0)] = 0
-    dropped_samples: Annotated[int, msgspec.Meta(ge=0)] = 0
+    buffered_samples: Counter = 0
+    dropped_samples: Counter = 0
 
 
 class Welcome(Message, tag="welcome"):
-    node_id: int
+    node_id: RowId
     hostname: Hostname
     telemetry_interval_s: Annotated[float, msgspec.Meta(ge=0.1, le=3600)]
-    last_telemetry_seq: Annotated[int, msgspec.Meta(ge=0)]  # the agent drops what the server already has
-    last_events_seq: Annotated[int, msgspec.Meta(ge=0)]
+    last_telemetry_seq: Cursor  # the agent drops what the server already has
+    last_events_seq: Cursor
 
 
 class Ack(Message, tag="ack"):
     stream: Stream
-    seq: Annotated[int, msgspec.Meta(ge=0)]
+    seq: Cursor
 
 
 ErrorCode = Literal[
@@ -65,6 +78,6 @@ ErrorCode = Literal[
 class Error(Message, tag="error"):
     code: ErrorCode
     message: Annotated[str, msgspec.Meta(max_length=2000)]
-    seq: int | None = None  # the frame's seq when it had one, so the agent knows what was refused
+    seq: Seq | None = None  # the frame's seq when it had one, so the agent knows what was refused
     stream: Stream | None = None  # which stream that seq belongs to
     key: CommandKey | None = None  # the command a refused report was about

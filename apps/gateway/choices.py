@@ -25,6 +25,7 @@ class CounterCode(models.TextChoices):
     NOT_READY = "not_ready", "Server not ready"
     INTERNAL = "internal", "Internal error"
     UNAUTHORIZED = "unauthorized", "Connection refused (missing, invalid or revoked credential)"
+    ERROR_FLOOD = "error_flood", "Connection closed for too many errors"
 
 
 class EnrollmentTokenState(models.TextChoices):

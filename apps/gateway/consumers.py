@@ -31,12 +31,14 @@ from django.utils import timezone
 
 from agents import protocol
 from apps.accounts.audit import record
+from apps.core.clock import Clock, LoopClock
 from apps.core.process import DatabaseThread
 from apps.core.websockets import client_gone
 from apps.gateway import liveness, sinks
 from apps.gateway.bookkeeping import bookkeeper
 from apps.gateway.choices import CounterCode
 from apps.gateway.discovery import apply_inventory
+from apps.gateway.guards import ErrorWindow
 from apps.gateway.models import NodeAgent, NodeCredential
 from apps.gateway.push import agent_group
 from apps.inventory.models import Node
@@ -71,6 +73,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
     node: Node
     said_hello = False
     closing = False
+    clock: Clock = LoopClock()  # what the error window reads; tests move their own
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Channels' dispatch less its ``aclose_old_connections`` before every message: that is a hop to
@@ -97,6 +100,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
             await self._close(protocol.CloseCode.UNAUTHORIZED, f"Refused: {reason}.")
             return
         self.credential, self.node = credential, credential.node
+        self.errors = ErrorWindow(settings.AGENT_ERROR_LIMIT, settings.AGENT_ERROR_WINDOW_S, self.clock)
         bookkeeper().connected(credential.pk)
         await self.channel_layer.group_add(agent_group(self.node.pk), self.channel_name)
 
@@ -249,6 +253,10 @@ class AgentConsumer(AsyncWebsocketConsumer):
     ) -> None:
         bookkeeper().count_error(self.node.pk, code, message)
         await self._send(protocol.Error(code=code, message=message[:2000], seq=seq, stream=stream, key=key))
+        if self.errors.add(code) and not self.closing:
+            flood = f"{self.errors.limit} errors within {self.errors.window_s:g} s; the last: {message}"
+            bookkeeper().count_error(self.node.pk, CounterCode.ERROR_FLOOD, flood)
+            await self._close(protocol.CloseCode.TOO_MANY_ERRORS, "Too many bad frames; closing.")
 
     async def _send(self, message: protocol.Message) -> None:
         await self._send_frame(protocol.encode(message).decode(), type(message).__name__)

@@ -163,3 +163,52 @@ def test_a_value_is_in_a_fields_range_exactly_when_the_protocol_accepts_it(struc
             else:
                 with pytest.raises(msgspec.ValidationError):
                     msgspec.convert({**REQUIRED[struct], name: value}, struct)
+
+
+def numbers_in(kind: msgspec.inspect.Type, path: str, seen: set[type]) -> list[tuple[str, msgspec.inspect.Type]]:
+    """Every integer and float a message can carry, with where it is."""
+    if isinstance(kind, msgspec.inspect.IntType | msgspec.inspect.FloatType):
+        return [(path, kind)]
+    if isinstance(kind, msgspec.inspect.StructType):
+        if kind.cls in seen:
+            return []
+        seen.add(kind.cls)
+        return [found for field in kind.fields for found in numbers_in(field.type, f"{path}.{field.name}", seen)]
+    parts = {
+        msgspec.inspect.UnionType: lambda: kind.types,
+        msgspec.inspect.ListType: lambda: (kind.item_type,),
+        msgspec.inspect.DictType: lambda: (kind.key_type, kind.value_type),
+    }
+    inner = parts.get(type(kind), tuple)()
+    return [found for part in inner for found in numbers_in(part, path, seen)]
+
+
+@pytest.mark.parametrize(
+    "union", [protocol.AgentMessage, protocol.ServerMessage, protocol.CheckLine], ids=["agent", "server", "check"]
+)
+def test_every_number_on_the_wire_has_both_bounds(union):
+    numbers = numbers_in(msgspec.inspect.type_info(union), "", set())
+
+    assert numbers  # the walk found them
+    unbounded = [
+        path for path, kind in numbers if (kind.ge is None and kind.gt is None) or (kind.le is None and kind.lt is None)
+    ]
+    assert unbounded == []
+
+
+def test_a_huge_count_in_a_hello_is_refused():
+    hello = '{"type": "hello", "protocol": 1, "agent_version": "x", "hostname": "h", "buffered_samples": 1' + "0" * 30
+
+    with pytest.raises(protocol.ProtocolError) as refused:
+        protocol.decode_agent_message(hello + "}")
+
+    assert refused.value.code == "invalid"
+    assert refused.value.message.endswith("at `$.buffered_samples`")
+
+
+def test_a_refusal_names_only_a_seq_the_protocol_can_carry():
+    with pytest.raises(protocol.ProtocolError) as refused:
+        protocol.decode_agent_message('{"type": "bogus", "seq": 1' + "0" * 30 + "}")
+
+    assert refused.value.seq is None
+    assert protocol.decode_server_message(protocol.encode(refused.value.reply())) == refused.value.reply()

@@ -129,3 +129,21 @@ async def test_it_answers_an_error_it_did_not_foresee_and_keeps_the_socket(conne
     assert (reply.code, reply.seq, reply.stream) == ("internal", 4, "events")
     assert "disk full" not in reply.message  # internals stay in the server's log
     assert (await agent.roundtrip()).seq == 1
+
+
+async def test_a_flood_of_bad_frames_closes_the_socket_and_is_counted(connect_agent, settings):
+    settings.AGENT_ERROR_LIMIT, settings.AGENT_ERROR_WINDOW_S = 3, 3600
+    node, credential = await in_db(enrolled_node)()
+    agent = await connect_agent(credential, node.hostname)
+    await agent.hello()
+
+    for frame in ("{", "[", "{"):
+        await agent.socket.send(frame)
+    replies = [await agent.receive() for _ in range(3)]
+
+    assert [reply.code for reply in replies] == ["malformed", "invalid", "malformed"]
+    assert await agent.close_code() == protocol.CloseCode.TOO_MANY_ERRORS == 4429
+    assert agent.socket.close_reason == "Too many bad frames; closing."
+    counter = await eventually(lambda: GatewayCounter.objects.filter(node=node, code="error_flood").first())
+    assert counter.count == 1
+    assert counter.last_message == "3 errors within 3600 s; the last: " + replies[-1].message
