@@ -26,6 +26,9 @@ import msgspec
 from agents import __version__
 from agents.buffer import TelemetryBuffer
 from agents.collectors.base import Collector
+from agents.commands.executor import CommandExecutor
+from agents.commands.runner import SubprocessRunner
+from agents.commands.store import CommandStore
 from agents.protocol import PROTOCOL_VERSION, GpuEvent, Heartbeat, Hello, Inventory, NodeSample, Welcome, encode
 from agents.ratelimit import CountingLog
 from agents.transport import DEFAULT_HEARTBEAT_INTERVAL_S, Backoff, Transport
@@ -64,6 +67,7 @@ class Agent:
         backoff: Backoff | None = None,
         clock: Callable[[], float] = time.time,
         collect_in_thread: bool | None = None,
+        commands: CommandExecutor | None = None,
     ) -> None:
         self.collector = collector
         self.buffer = buffer
@@ -74,6 +78,10 @@ class Agent:
         self.follow_server_interval = follow_server_interval
         self.clock = clock
         self.wake = asyncio.Event()
+        # Commands from the control plane; without an executor of the caller's, checks run as processes
+        # and their keys are remembered only while this agent runs (cp-agent run keeps them on disk).
+        self.commands = commands or CommandExecutor(CommandStore(None), SubprocessRunner(), label=hostname)
+        self.commands.wake = self.wake
         self.samples_taken = 0
         self.transport = Transport(server_url, credential, self, heartbeat_interval=heartbeat_interval, backoff=backoff)
         if collect_in_thread is None:
@@ -134,6 +142,7 @@ class Agent:
             if not stop.is_set():  # cancelled from outside rather than stopped: no goodbye to wait for
                 transport.cancel()
             await asyncio.gather(sampler, transport, return_exceptions=True)
+            await self.commands.close()
             self.close()
 
     def close(self) -> None:

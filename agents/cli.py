@@ -14,6 +14,7 @@ Exit codes:
 import argparse
 import json
 import logging
+import shlex
 import socket
 import sys
 from pathlib import Path
@@ -36,6 +37,9 @@ from agents.commandline import (
     run_until_signalled,
     server_url,
 )
+from agents.commands.executor import CommandExecutor
+from agents.commands.runner import Runner, SubprocessRunner
+from agents.commands.store import CommandStore
 from agents.config import (
     AgentConfig,
     ConfigError,
@@ -96,6 +100,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config or default_config_path())
     state_dir = Path(args.state_dir or config.state_dir or default_state_dir())
     collector = _collector(args, config.hostname)
+    commands = CommandExecutor(
+        CommandStore(state_dir / "commands"), _runner(args, collector), label=config.hostname
+    )  # every key it ran, kept on disk: none runs twice, not even across a restart
     agent = Agent(
         collector,
         TelemetryBuffer(state_dir, label=config.hostname),
@@ -104,9 +111,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         hostname=config.hostname,
         interval=args.interval or config.interval_s or DEFAULT_INTERVAL_S,
         follow_server_interval=args.interval is None and config.interval_s is None,
+        commands=commands,
     )
     run_until_signalled(agent.run)
     return EXIT_OK
+
+
+def _runner(args: argparse.Namespace, collector: Collector) -> Runner:
+    """Checks as processes (``--check-program``, or this Python's ``-m agents.executors``); on a simulated
+    node without ``--check-program``, computed from its model."""
+    if args.check_program:
+        return SubprocessRunner(shlex.split(args.check_program))
+    if args.simulated:
+        from agents.simulator.commands import SimulatedRunner
+
+        return SimulatedRunner(collector)  # type: ignore[arg-type]  (the simulator's collector)
+    return SubprocessRunner()
 
 
 def _collector(args: argparse.Namespace, hostname: str) -> Collector:
@@ -209,6 +229,11 @@ def build_parser() -> argparse.ArgumentParser:
     run_cmd.add_argument("--simulated", choices=PROFILES, metavar="PROFILE", help=f"simulated GPUs: {PROFILES}")
     run_cmd.add_argument("--seed", type=int, default=1, help="with --simulated: the model's seed")
     run_cmd.add_argument("--faults", help="with --simulated: the faults to script (the simulator's SPEC)")
+    run_cmd.add_argument(
+        "--check-program",
+        help="run each check as PROGRAM CHECK --params JSON (default: python -m agents.executors; "
+        "with --simulated, the simulator's model)",
+    )
 
     status_cmd = command("status", cmd_status, "Show this node's enrollment and what its buffer holds on disk.")
     status_cmd.add_argument("--config", type=Path, help=config_help)

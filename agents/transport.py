@@ -7,7 +7,8 @@ replay to live loses and repeats nothing. Acks drive ``buffer.ack``; at most ``m
 frames per stream wait for theirs, so a long backlog cannot flood a slow server. Error replies are
 logged with their code; a frame refused for good ("invalid", "oversize") is dropped from the buffer
 so it is not resent forever, one refused for now ("not_ready", "internal") stays buffered and goes
-out again after the next Welcome unless a later ack covers it.
+out again after the next Welcome unless a later ack covers it. Commands and cancels from the server
+go to the session's command executor (agents/commands/); what it has to say goes out first.
 
 Between connections: exponential backoff with full jitter (attempt n waits a uniform draw in
 [0, min(cap, base·2ⁿ)], base 1 s, cap 60 s), reset once a connection has stayed up
@@ -29,10 +30,13 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 
 from agents import __version__
 from agents.buffer import TelemetryBuffer
+from agents.commands.executor import CommandExecutor
 from agents.protocol import (
     STREAMS,
     Ack,
+    Cancel,
     CloseCode,
+    Command,
     Error,
     Heartbeat,
     Hello,
@@ -78,6 +82,7 @@ class Session(Protocol):
 
     label: str
     buffer: TelemetryBuffer
+    commands: CommandExecutor
     wake: asyncio.Event  # set whenever there is something new to send
 
     def hello(self) -> Hello: ...
@@ -265,8 +270,12 @@ class _Conversation:
 
     async def _send_loop(self) -> None:
         wake = self.session.wake
+        commands = self.session.commands
         while True:
             wake.clear()
+            while (frame := commands.next_frame()) is not None:
+                await self.websocket.send(frame, text=True)
+                commands.sent()
             version, inventory = self.session.inventory()
             if inventory is not None and version != self.inventory_sent:
                 await self.websocket.send(inventory, text=True)
@@ -290,8 +299,12 @@ class _Conversation:
                 message = decode_server_message(raw)
             except ProtocolError as exc:
                 log.warning("%s: ignoring a bad message from the server (%s: %s)", self.session.label, exc.code, exc)
+                if exc.key is not None:  # a command this agent cannot read: refused, so it is not sent forever
+                    self.session.commands.refuse_unreadable(exc.key, exc.message)
                 continue
-            if isinstance(message, Ack):
+            if isinstance(message, Command | Cancel):
+                self.session.commands.receive(message)
+            elif isinstance(message, Ack):
                 self._acknowledged(message.stream, message.seq)
             elif isinstance(message, Error):
                 self._refused(message)

@@ -19,6 +19,8 @@ from typing import Final
 from agents.agent import DEFAULT_INTERVAL_S, Agent
 from agents.buffer import TelemetryBuffer
 from agents.collectors.base import Collector
+from agents.commands.executor import CommandExecutor
+from agents.commands.store import CommandStore
 from agents.transport import DEFAULT_HEARTBEAT_INTERVAL_S
 
 log = logging.getLogger(__name__)
@@ -79,9 +81,10 @@ async def run_fleet(
     Returns the agents, stopped, for whoever wants their counters."""
     stop = stop or asyncio.Event()
     factory = collector_factory or simulated_collector_factory()
+    collectors = [factory(profile, hostname, seed, faults) for hostname, _ in nodes]
     agents = [
         SimulatedNodeAgent(
-            factory(profile, hostname, seed, faults),
+            collector,
             TelemetryBuffer(None, memory_frames=buffer_frames, label=hostname),
             server_url=server_url,
             credential=credential,
@@ -91,8 +94,9 @@ async def run_fleet(
             heartbeat_interval=heartbeat_interval,
             collect_in_thread=False,
             node_stop=asyncio.Event(),
+            commands=simulated_commands(collector, hostname),
         )
-        for hostname, credential in nodes
+        for collector, (hostname, credential) in zip(collectors, nodes, strict=True)
     ]
     log.info("fleet: starting %d simulated %s node(s) against %s", len(agents), profile, server_url)
     runs = [
@@ -109,6 +113,17 @@ async def run_fleet(
         await asyncio.gather(reporter, *runs, return_exceptions=True)
     _log_summary(agents)
     return agents
+
+
+def simulated_commands(collector: Collector, hostname: str) -> CommandExecutor | None:
+    """A simulated node runs its checks on its model, keeping its keys in memory; a node of another
+    collector (a test's) runs them as processes, as a real agent would."""
+    from agents.simulator.collector import SimulatedCollector
+    from agents.simulator.commands import SimulatedRunner
+
+    if not isinstance(collector, SimulatedCollector):
+        return None
+    return CommandExecutor(CommandStore(None), SimulatedRunner(collector), label=hostname)
 
 
 def start_offsets(count: int, interval: float) -> list[float]:

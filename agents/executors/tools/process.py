@@ -100,7 +100,7 @@ def stop(child: subprocess.Popen, first: signal.Signals = signal.SIGTERM, grace_
     if child.poll() is None:
         child.kill()
     for pid, started in [*family, *descendants(child.pid)]:
-        if _start_time(pid) == started:
+        if start_time(pid) == started:
             with suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
     child.wait()
@@ -121,7 +121,9 @@ def descendants(pid: int, proc: Path = PROC) -> list[tuple[int, int]]:
     return found
 
 
-def _start_time(pid: int) -> int | None:
+def start_time(pid: int) -> int | None:
+    """A process's start time (clock ticks since boot), or None when it is gone: with its pid, it names
+    the process, where a pid alone may have been given to another since."""
     stat = _stat(PROC / str(pid))
     return None if stat is None else int(stat[19])
 
