@@ -48,7 +48,7 @@ def apply_inventory(node: Node, inventory: protocol.Inventory, now: datetime | N
         if agent.inventory == snapshot:
             return []
         changes = [
-            *_apply_gpus(node, inventory.gpus),
+            *_apply_gpus(node, inventory.gpus, now),
             *_apply_ports(node, inventory.ports, agent.inventory),
             *_host_changes(node, agent.host, snapshot["host"]),
         ]
@@ -94,7 +94,7 @@ def _validated_save(row: models.Model, where: str, names: dict[str, str], **save
 # GPUs ----------------------------------------------------------------------------------------
 
 
-def _apply_gpus(node: Node, reported: Sequence[protocol.GpuInfo]) -> list[DiscoveryChange]:
+def _apply_gpus(node: Node, reported: Sequence[protocol.GpuInfo], now: datetime) -> list[DiscoveryChange]:
     rows = {row.index: row for row in Gpu.objects.select_for_update().filter(node=node)}
     before = {index: (row.uuid, row.serial) for index, row in rows.items()}
     placed = {info.uuid: info.index for info in reported}
@@ -112,8 +112,8 @@ def _apply_gpus(node: Node, reported: Sequence[protocol.GpuInfo]) -> list[Discov
     for row in elsewhere:
         old_uuid = row.uuid
         moved_from[old_uuid] = f"{row.node.hostname}/gpu{row.index}"
-        row.uuid, row.state = vacant_uuid(row.pk), GpuState.MISSING
-        row.save(update_fields=["uuid", "state", "updated_at"])
+        row.uuid, row.state, row.missing_since = vacant_uuid(row.pk), GpuState.MISSING, now
+        row.save(update_fields=["uuid", "state", "missing_since", "updated_at"])
         changes.append(
             _change(
                 row.node,
@@ -149,12 +149,12 @@ def _apply_gpus(node: Node, reported: Sequence[protocol.GpuInfo]) -> list[Discov
                     **moved,
                 )
             )
-            row.uuid, row.state = info.uuid, GpuState.HEALTHY
+            row.uuid, row.state, row.missing_since = info.uuid, GpuState.HEALTHY, None
         elif row.state == GpuState.MISSING:
             changes.append(
                 _change(node, ChangeKind.GPU_ADDED, subject, index=info.index, uuid=info.uuid, returned=True)
             )
-            row.state = GpuState.HEALTHY
+            row.state, row.missing_since = GpuState.HEALTHY, None
         row.model, row.serial, row.memory_mib = info.name, info.serial or "", info.memory_mib
         row.slowdown_temp_c = info.slowdown_temp_c
         row.pci_bus_id = info.pci_bus_id or ""
@@ -167,8 +167,8 @@ def _apply_gpus(node: Node, reported: Sequence[protocol.GpuInfo]) -> list[Discov
         old_uuid = before[index][0]
         moved = {"moved_to": f"gpu{placed[old_uuid]}"} if old_uuid in placed else {}
         changes.append(_change(node, ChangeKind.GPU_REMOVED, f"gpu{index}", index=index, uuid=old_uuid, **moved))
-        row.state = GpuState.MISSING
-        row.save(update_fields=["state", "updated_at"])
+        row.state, row.missing_since = GpuState.MISSING, now
+        row.save(update_fields=["state", "missing_since", "updated_at"])
     return changes
 
 

@@ -1,6 +1,7 @@
 """The failures, topology, racks and reliability pages: what they render for each role and query
 (Django's test client), and what they do in a real browser (headless Chromium, ``-m browser``)."""
 
+import re
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -198,6 +199,18 @@ def test_reliability_covers_the_chosen_period(viewer_user, gpu_node, query, days
     assert f'href="?days={days}" aria-current="page"' in html
     assert f'<span class="value">{failures}</span><span class="label">failures</span>' in html
     assert 'id="worst-nodes"' in html
+
+
+def test_reliability_shows_the_exposure_each_figure_rests_on_and_says_when_it_is_too_little(viewer_user, gpu_node):
+    record_event(gpu_node.pk, xid(79, at=timezone.now().timestamp() - 60))  # a node minutes old
+    html = page(viewer_user, "/reliability/")
+    assert "GPU-years of exposure" in html
+    caveats = re.search(r'<ul class="hint" id="reliability-caveats".*?</ul>', html, re.S).group(0)
+    assert "too little to mean much yet" in caveats
+    assert "1 of 1 nodes were in the fleet under 168 hours of the period" in caveats
+    mtbf = re.search(r'<table class="data sortable" id="mtbf">.*?</table>', html, re.S).group(0)
+    assert "Hours in fleet" in mtbf
+    assert "(little exposure)" in mtbf
 
 
 def test_reliability_explains_a_period_it_does_not_offer(viewer_user, gpu_node):

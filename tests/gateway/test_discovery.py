@@ -1,6 +1,8 @@
 """Discovery upsert: what an agent reports becomes inventory rows, and what changed becomes a
 DiscoveryChange. Rows are slots and are never deleted."""
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
 from agents import protocol
@@ -11,6 +13,8 @@ from apps.inventory.models import Gpu, NetworkPort, Node, NvLink
 from tests import factories
 from tests.gateway.conftest import enrolled_node, eventually, in_db
 
+LATER = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+HOUR = timedelta(hours=1)
 UUIDS = [f"GPU-{i:08x}-0000-4000-8000-{i:012x}" for i in range(1, 20)]
 
 
@@ -91,12 +95,13 @@ def test_it_records_a_swapped_gpu_in_the_same_slot_with_both_uuids(node):
 def test_it_marks_a_gpu_no_longer_reported_missing_and_keeps_its_row(node):
     apply_inventory(node, inventory(node, [gpu(i) for i in range(4)], []))
 
-    found = apply_inventory(node, inventory(node, [gpu(0), gpu(1), gpu(3)], []))
-    again = apply_inventory(node, inventory(node, [gpu(0), gpu(1), gpu(3)], [], kernel="6.8"))
+    found = apply_inventory(node, inventory(node, [gpu(0), gpu(1), gpu(3)], []), now=LATER)
+    again = apply_inventory(node, inventory(node, [gpu(0), gpu(1), gpu(3)], [], kernel="6.8"), now=LATER + HOUR)
 
     assert [(c.kind, c.subject, c.detail) for c in found] == [("gpu_removed", "gpu2", {"index": 2, "uuid": UUIDS[2]})]
     assert again == []  # still missing: nothing new to say
-    assert Gpu.objects.get(node=node, index=2).state == GpuState.MISSING
+    missing = Gpu.objects.get(node=node, index=2)
+    assert (missing.state, missing.missing_since) == (GpuState.MISSING, LATER)  # its exposure ends there
     assert node.gpus.count() == 4
 
 
@@ -107,7 +112,13 @@ def test_it_notes_a_missing_gpu_that_comes_back(node):
     found = apply_inventory(node, inventory(node, [gpu(0), gpu(1)], []))
 
     assert [(c.kind, c.detail) for c in found] == [("gpu_added", {"index": 1, "uuid": UUIDS[1], "returned": True})]
-    assert Gpu.objects.get(node=node, index=1).state == GpuState.HEALTHY
+    back = Gpu.objects.get(node=node, index=1)
+    assert (back.state, back.missing_since) == (GpuState.HEALTHY, None)
+
+
+def test_it_stores_the_slowdown_temperature_each_gpu_reports(node):
+    apply_inventory(node, inventory(node, [gpu(0, slowdown_temp_c=87.0), gpu(1)], []))
+    assert list(node.gpus.order_by("index").values_list("slowdown_temp_c", flat=True)) == [87.0, None]
 
 
 def test_it_takes_down_a_port_that_is_gone_and_records_changed_rates(node):

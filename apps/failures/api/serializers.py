@@ -119,20 +119,32 @@ class PeriodSerializer(serializers.Serializer):
     years = serializers.FloatField(help_text="days / 365.25")
 
 
+LOW_EXPOSURE = (
+    f"True when the figure rests on too little exposure to mean much: under {reliability.MIN_GPU_YEARS:g} "
+    f"GPU-year for a rate, under {reliability.MIN_HOURS:.0f} hours for an MTBF."
+)
+
+
 class ModelReliabilitySerializer(serializers.Serializer):
     gpu_model = serializers.CharField(help_text="The node type's GPU model.")
-    gpus = serializers.IntegerField(help_text="GPUs of this model in the fleet during the period.")
-    gpu_years = serializers.FloatField(help_text="gpus × the period in years.")
+    gpus = serializers.IntegerField(help_text="GPUs of this model in the fleet at some time during the period.")
+    gpu_years = serializers.FloatField(
+        help_text="Their exposure: each GPU's time in the fleet during the period (first seen until missing or "
+        "its node's retirement), in years."
+    )
     failures = serializers.IntegerField()
     failures_per_gpu_year = serializers.FloatField(allow_null=True, help_text="failures / gpu_years.")
+    low_exposure = serializers.BooleanField(help_text=LOW_EXPOSURE)
 
 
 class KindReliabilitySerializer(serializers.Serializer):
     kind = serializers.ChoiceField(choices=FailureKind.choices)
     label = serializers.CharField()
     failures = serializers.IntegerField()
+    gpu_years = serializers.FloatField(help_text="The whole fleet's exposure, which the rate rests on.")
     failures_per_gpu_year = serializers.FloatField(allow_null=True, help_text="failures / the fleet's GPU-years.")
     share = serializers.FloatField(help_text="Part of all failures in the period, 0 to 1.")
+    low_exposure = serializers.BooleanField(help_text=LOW_EXPOSURE)
 
 
 class NodeReliabilitySerializer(serializers.Serializer):
@@ -140,21 +152,37 @@ class NodeReliabilitySerializer(serializers.Serializer):
     hostname = serializers.CharField()
     gpu_model = serializers.CharField()
     gpus = serializers.IntegerField()
+    hours = serializers.FloatField(help_text="The node's hours in the fleet during the period: its exposure.")
     failures = serializers.IntegerField()
     mtbf_hours = serializers.FloatField(
-        allow_null=True, help_text="Mean time between failures: the period's hours / failures; null: none."
+        allow_null=True, help_text="Mean time between failures: hours / failures; null: none."
     )
+    low_exposure = serializers.BooleanField(help_text=LOW_EXPOSURE)
     kinds = serializers.DictField(child=serializers.IntegerField(), help_text="Failures by kind.")
+
+
+class MinimumExposureSerializer(serializers.Serializer):
+    gpu_years = serializers.FloatField(help_text="Under this, a failure rate means little.")
+    hours = serializers.FloatField(help_text="Under this, an MTBF means little.")
 
 
 class ReliabilitySerializer(serializers.Serializer):
     period = PeriodSerializer()
     gpus = serializers.IntegerField()
-    gpu_years = serializers.FloatField()
+    gpu_years = serializers.FloatField(help_text="The fleet's exposure, which failures_per_gpu_year rests on.")
     failures = serializers.IntegerField(help_text="Alarms first seen in the period; side effects are not counted.")
     failures_per_gpu_year = serializers.FloatField(allow_null=True)
+    low_exposure = serializers.BooleanField(help_text=LOW_EXPOSURE)
+    fleet_hours = serializers.FloatField(
+        help_text="Hours of the period since the fleet's first node entered it: what the fleet MTBF rests on."
+    )
     fleet_mtbf_hours = serializers.FloatField(
-        allow_null=True, help_text="The period's hours / all failures: how often something fails somewhere."
+        allow_null=True, help_text="fleet_hours / all failures: how often something fails somewhere."
+    )
+    fleet_mtbf_low_exposure = serializers.BooleanField(help_text=LOW_EXPOSURE)
+    minimum_exposure = MinimumExposureSerializer()
+    caveats = serializers.ListField(
+        child=serializers.CharField(), help_text="What the figures cannot say yet (too little exposure), in words."
     )
     by_model = ModelReliabilitySerializer(many=True)
     by_kind = KindReliabilitySerializer(many=True, help_text="Kinds with at least one failure, most first.")

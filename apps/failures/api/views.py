@@ -93,9 +93,10 @@ class XidEntryView(APIView):
 
 class ReliabilityView(APIView):
     """How often the fleet fails over the last ``days`` days: failures per GPU-year by GPU model and by
-    kind, mean time between failures per node, the worst nodes. A failure is an alarm first seen in
-    the period (side effects are part of their cause's incident); GPU-years are the fleet's GPUs × the
-    period in years. docs/failures.md has the definitions."""
+    kind, mean time between failures per node, the worst nodes, each with the exposure it rests on and
+    ``low_exposure`` where that is too little to mean much. A failure is an alarm first seen in the
+    period (side effects are part of their cause's incident); GPU-years are each GPU's time in the
+    fleet during the period, in years. docs/failures.md has the definitions."""
 
     @extend_schema(
         parameters=[s.ReliabilityQuerySerializer],

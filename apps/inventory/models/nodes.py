@@ -301,6 +301,9 @@ class Gpu(models.Model):
         ],
     )
     state = models.CharField(max_length=16, choices=GpuState.choices, default=GpuState.HEALTHY)
+    missing_since = models.DateTimeField(
+        null=True, blank=True, help_text="When its node's agent stopped reporting it; empty while it is reported."
+    )
     slowdown_temp_c = models.FloatField(
         null=True, blank=True, help_text="Where the GPU starts slowing its clocks for heat, °C, as its agent reports."
     )
