@@ -1,11 +1,14 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from apps.core.api import errors
 from apps.core.api.metrics import MetricsView
+from apps.core.api.root import ApiRootView
 from apps.dashboard.urls import auth_urlpatterns
 
 api_v1 = [
+    path("", ApiRootView.as_view(), name="api-root"),
     path("", include("apps.accounts.api.urls")),
     path("", include("apps.inventory.api.urls")),
     path("", include("apps.costs.api.urls")),
@@ -25,7 +28,14 @@ urlpatterns = [
         SpectacularSwaggerSplitView.as_view(url_name="schema", template_name="api/swagger_ui.html"),
         name="api-docs",
     ),
+    re_path(r"^api/", errors.not_found),  # after every API route: a JSON 404, or the route meant
     path("metrics", MetricsView.as_view(), name="metrics"),
     *auth_urlpatterns,
     path("", include("apps.dashboard.urls")),
 ]
+
+# Errors outside DRF's views (a path no route matches, an oversize body, the 500) in JSON for API clients.
+handler400 = errors.bad_request
+handler403 = errors.permission_denied
+handler404 = errors.page_not_found
+handler500 = errors.server_error

@@ -56,6 +56,7 @@ def read_only(base: str, read: str = VIEWER) -> dict[str, dict[str, str]]:
 REQUIRED_ROLE: dict[str, dict[str, str]] = {
     "/api/schema/": {"GET": PUBLIC},
     "/api/docs/": {"GET": PUBLIC},
+    "/api/v1/": {"GET": VIEWER},  # the API root
     "/api/v1/me": {"GET": VIEWER},
     # Accounts
     "/api/v1/users": {"GET": ADMIN, "POST": ADMIN},
@@ -105,7 +106,7 @@ REQUIRED_ROLE: dict[str, dict[str, str]] = {
     "/api/v1/xid-catalog": {"GET": VIEWER},
     "/api/v1/xid-catalog/{code}": {"GET": VIEWER},
     # Telemetry: charts and the Prometheus export (scrapers use a viewer token)
-    "/api/v1/nodes/{node_id}/telemetry": {"GET": VIEWER},
+    "/api/v1/nodes/{node}/telemetry": {"GET": VIEWER},
     "/api/v1/telemetry/fleet": {"GET": VIEWER},
     "/metrics": {"GET": VIEWER},
     # Gateway: enrollment is authenticated by the enrollment token in its body, not by a role
@@ -163,15 +164,24 @@ def test_it_declares_no_endpoint_that_is_not_served():
     )
 
 
+# The last route under /api/ (apps/core/api/errors.py): it reads nothing and changes nothing, only
+# answers "no such endpoint" in JSON or redirects to the path with(out) its trailing slash.
+NOT_FOUND_ROUTE = "^api/"
+
+
 def test_it_serves_no_view_that_the_matrix_cannot_see():
     """A plain Django view, or a DRF view hidden from the enumerator (``schema = None``), would
-    bypass the role checks unnoticed; only the admin site, with its own staff checks, may, and the
-    dashboard's pages, which tests/dashboard/test_page_access.py checks the same way."""
+    bypass the role checks unnoticed; only the admin site, with its own staff checks, may, the
+    dashboard's pages, which tests/dashboard/test_page_access.py checks the same way, and the API's
+    not-found route."""
     enumerated = {callback for _, _, _, callback in EndpointEnumerator().get_api_endpoints()}
     hidden = [
         route
         for route, callback in url_patterns(get_resolver().url_patterns)
-        if not route.startswith("admin/") and callback not in enumerated and route not in PAGE_ROUTES
+        if not route.startswith("admin/")
+        and callback not in enumerated
+        and route not in PAGE_ROUTES
+        and route != NOT_FOUND_ROUTE
     ]
     assert not hidden, f"Views outside the role matrix: {hidden}"
 
@@ -238,7 +248,7 @@ def model_for(path: str) -> type[models.Model]:
 
 def url_for(path: str) -> str:
     path = path.replace("{code}", "79")  # an XID the catalog describes
-    path = path.replace("{node_id}", str(Node.objects.order_by("pk").first().pk))
+    path = path.replace("{node}", str(Node.objects.order_by("pk").first().pk))
     if "{id}" not in path:
         return path
     model = model_for(path)

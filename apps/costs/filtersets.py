@@ -1,11 +1,12 @@
 import django_filters
 from django.db.models import QuerySet
 
+from apps.core.api.filters import FilterSet
 from apps.costs.choices import PriceKind
 from apps.costs.models import EnergyPrice, GpuPrice
 
 
-class PricePeriodFilterSet(django_filters.FilterSet):
+class PricePeriodFilterSet(FilterSet):
     valid_at = django_filters.DateFilter(method="in_force_on", label="In force on this date (YYYY-MM-DD)")
 
     def in_force_on(self, queryset: QuerySet, name: str, value: object) -> QuerySet:

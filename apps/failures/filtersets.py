@@ -1,21 +1,22 @@
 import django_filters
 from django.db.models import QuerySet
 
+from apps.core.api.filters import BooleanFilter, FilterSet, IntegerFilter
 from apps.failures.choices import FailureKind, FailureState, Severity, StragglerMetric
 from apps.failures.models import IS_ALARM, Failure, StragglerFlag
 
 
-class FailureFilterSet(django_filters.FilterSet):
+class FailureFilterSet(FilterSet):
     state = django_filters.MultipleChoiceFilter(choices=FailureState.choices)
     severity = django_filters.MultipleChoiceFilter(choices=Severity.choices)
     kind = django_filters.MultipleChoiceFilter(choices=FailureKind.choices)
     hostname = django_filters.CharFilter(field_name="node__hostname")
-    cluster = django_filters.NumberFilter(field_name="node__cluster")
+    cluster = IntegerFilter(field_name="node__cluster")
     since = django_filters.IsoDateTimeFilter(field_name="last_seen", lookup_expr="gte", label="Seen at or after")
-    open = django_filters.BooleanFilter(
+    open = BooleanFilter(
         method="only_alarms", label="true: open or acknowledged, side effects left out (the feed); false: the rest"
     )
-    side_effect = django_filters.BooleanFilter(field_name="cause", lookup_expr="isnull", exclude=True)
+    side_effect = BooleanFilter(field_name="cause", lookup_expr="isnull", exclude=True)
 
     class Meta:
         model = Failure
@@ -27,11 +28,11 @@ class FailureFilterSet(django_filters.FilterSet):
         return queryset.filter(IS_ALARM) if value else queryset.exclude(IS_ALARM)
 
 
-class StragglerFlagFilterSet(django_filters.FilterSet):
-    active = django_filters.BooleanFilter(field_name="cleared_at", lookup_expr="isnull", label="Not cleared yet")
+class StragglerFlagFilterSet(FilterSet):
+    active = BooleanFilter(field_name="cleared_at", lookup_expr="isnull", label="Not cleared yet")
     hostname = django_filters.CharFilter(field_name="node__hostname")
     metric = django_filters.MultipleChoiceFilter(choices=StragglerMetric.choices)
-    node_level = django_filters.BooleanFilter(
+    node_level = BooleanFilter(
         field_name="gpu_index", lookup_expr="isnull", label="true: nodes against their type's fleet; false: GPUs"
     )
 

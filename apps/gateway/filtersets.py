@@ -1,11 +1,12 @@
 import django_filters
 from django.db.models import QuerySet
 
+from apps.core.api.filters import BooleanFilter, FilterSet
 from apps.gateway.models import DiscoveryChange, EnrollmentToken, GatewayCounter, NodeCredential
 
 
-class EnrollmentTokenFilterSet(django_filters.FilterSet):
-    usable = django_filters.BooleanFilter(method="filter_usable", label="Still usable")
+class EnrollmentTokenFilterSet(FilterSet):
+    usable = BooleanFilter(method="filter_usable", label="Still usable")
 
     class Meta:
         model = EnrollmentToken
@@ -16,8 +17,8 @@ class EnrollmentTokenFilterSet(django_filters.FilterSet):
         return queryset.filter(pk__in=usable) if value else queryset.exclude(pk__in=usable)
 
 
-class NodeCredentialFilterSet(django_filters.FilterSet):
-    revoked = django_filters.BooleanFilter(field_name="revoked_at", lookup_expr="isnull", exclude=True)
+class NodeCredentialFilterSet(FilterSet):
+    revoked = BooleanFilter(field_name="revoked_at", lookup_expr="isnull", exclude=True)
     hostname = django_filters.CharFilter(field_name="node__hostname")
 
     class Meta:
@@ -25,7 +26,7 @@ class NodeCredentialFilterSet(django_filters.FilterSet):
         fields = ["node"]
 
 
-class DiscoveryChangeFilterSet(django_filters.FilterSet):
+class DiscoveryChangeFilterSet(FilterSet):
     since = django_filters.IsoDateTimeFilter(field_name="at", lookup_expr="gte")
     until = django_filters.IsoDateTimeFilter(field_name="at", lookup_expr="lt")
     hostname = django_filters.CharFilter(field_name="node__hostname")
@@ -35,7 +36,7 @@ class DiscoveryChangeFilterSet(django_filters.FilterSet):
         fields = ["node", "kind", "subject"]
 
 
-class GatewayCounterFilterSet(django_filters.FilterSet):
+class GatewayCounterFilterSet(FilterSet):
     hostname = django_filters.CharFilter(field_name="node__hostname")
 
     class Meta:

@@ -1,6 +1,7 @@
 import django_filters
 from django.db.models import Q, QuerySet
 
+from apps.core.api.filters import BooleanFilter, FilterSet, IntegerFilter
 from apps.inventory.choices import GpuState, Lifecycle, LinkState, Liveness, PortKind, SwitchTier
 from apps.inventory.models import (
     Cluster,
@@ -18,7 +19,7 @@ from apps.inventory.models import (
 )
 
 
-class SearchFilterSet(django_filters.FilterSet):
+class SearchFilterSet(FilterSet):
     """``?q=`` searches the fields a subclass names in ``search_fields`` (case-insensitive)."""
 
     search_fields: tuple[str, ...] = ()
@@ -80,7 +81,7 @@ class NodeFilterSet(SearchFilterSet):
         return queryset.filter(ports___peer_switch_port__switch__name=value).distinct() if value else queryset
 
 
-class NodeTransitionFilterSet(django_filters.FilterSet):
+class NodeTransitionFilterSet(FilterSet):
     hostname = django_filters.CharFilter(field_name="node__hostname")
     since = django_filters.IsoDateTimeFilter(field_name="at", lookup_expr="gte")
 
@@ -93,7 +94,7 @@ class GpuFilterSet(SearchFilterSet):
     search_fields = ("uuid", "serial", "node__hostname", "pci_bus_id")
     state = django_filters.MultipleChoiceFilter(choices=GpuState.choices)
     hostname = django_filters.CharFilter(field_name="node__hostname")
-    cluster = django_filters.NumberFilter(field_name="node__cluster")
+    cluster = IntegerFilter(field_name="node__cluster")
 
     class Meta:
         model = Gpu
@@ -105,8 +106,8 @@ class NetworkPortFilterSet(SearchFilterSet):
     kind = django_filters.MultipleChoiceFilter(choices=PortKind.choices)
     link_state = django_filters.MultipleChoiceFilter(choices=LinkState.choices)
     hostname = django_filters.CharFilter(field_name="node__hostname")
-    connected_switch = django_filters.NumberFilter(field_name="_peer_switch_port__switch")
-    cabled = django_filters.BooleanFilter(field_name="_link", lookup_expr="isnull", exclude=True)
+    connected_switch = IntegerFilter(field_name="_peer_switch_port__switch")
+    cabled = BooleanFilter(field_name="_link", lookup_expr="isnull", exclude=True)
 
     class Meta:
         model = NetworkPort
@@ -133,24 +134,24 @@ class SwitchFilterSet(SearchFilterSet):
 class SwitchPortFilterSet(SearchFilterSet):
     search_fields = ("name", "switch__name")
     switch_name = django_filters.CharFilter(field_name="switch__name")
-    cabled = django_filters.BooleanFilter(field_name="_link", lookup_expr="isnull", exclude=True)
+    cabled = BooleanFilter(field_name="_link", lookup_expr="isnull", exclude=True)
 
     class Meta:
         model = SwitchPort
         fields = ["switch", "name", "link_state"]
 
 
-class LinkFilterSet(django_filters.FilterSet):
-    switch = django_filters.NumberFilter(field_name="terminations__switch_port__switch", distinct=True)
-    node = django_filters.NumberFilter(field_name="terminations__network_port__node", distinct=True)
+class LinkFilterSet(FilterSet):
+    switch = IntegerFilter(field_name="terminations__switch_port__switch", distinct=True)
+    node = IntegerFilter(field_name="terminations__network_port__node", distinct=True)
 
     class Meta:
         model = Link
         fields = ["status"]
 
 
-class NvLinkFilterSet(django_filters.FilterSet):
-    node = django_filters.NumberFilter(field_name="_node")
+class NvLinkFilterSet(FilterSet):
+    node = IntegerFilter(field_name="_node")
     hostname = django_filters.CharFilter(field_name="_node__hostname")
 
     class Meta:

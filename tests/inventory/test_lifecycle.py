@@ -60,13 +60,24 @@ def test_it_quarantines_with_a_reason_and_keeps_history(api_client, node):
     assert entry.detail["reason"] == "XID 79 on gpu3"
 
 
-def test_it_requires_a_reason_to_take_a_node_out_of_service(api_client, node):
-    response = api_client(Role.OPERATOR).post(f"/api/v1/nodes/{node.pk}/drain", {})
-    assert response.status_code == 409
-    assert "reason is required" in response.json()["detail"]
+@pytest.mark.parametrize("body", [{}, {"reason": ""}, {"reason": "   "}], ids=["missing", "empty", "blank"])
+def test_it_requires_a_reason_to_take_a_node_out_of_service(api_client, node, body):
+    response = api_client(Role.OPERATOR).post(f"/api/v1/nodes/{node.pk}/drain", body)
+    assert response.status_code == 400
+    assert list(response.json()) == ["reason"]
     node.refresh_from_db()
     assert node.lifecycle == Lifecycle.IN_SERVICE
     assert not NodeTransition.objects.exists()
+    # The refused attempt is audited as what it tried.
+    assert AuditLogEntry.objects.get(action="node.drain").status_code == 400
+
+
+def test_an_illegal_move_is_a_conflict_even_without_a_reason(api_client, node):
+    node.transition(Lifecycle.QUARANTINED, actor="t", reason="r")
+    node.transition(Lifecycle.RETIRED, actor="t", reason="RMA")
+    response = api_client(Role.OPERATOR).post(f"/api/v1/nodes/{node.pk}/drain", {})
+    assert response.status_code == 409
+    assert "cannot become drained" in response.json()["detail"]
 
 
 def test_it_refuses_an_illegal_transition_with_a_clear_message(api_client, node):
@@ -128,7 +139,8 @@ def test_history_endpoint_lists_transitions_newest_first(api_client, node):
     node.transition(Lifecycle.BURN_IN, actor="bob", reason="after GPU swap")
     response = api_client(Role.VIEWER).get(f"/api/v1/nodes/{node.pk}/history")
     assert response.status_code == 200
-    assert [(t["to_state"], t["actor"]) for t in response.json()] == [
+    assert response.json()["count"] == 2
+    assert [(t["to_state"], t["actor"]) for t in response.json()["results"]] == [
         (Lifecycle.BURN_IN, "bob"),
         (Lifecycle.QUARANTINED, "alice"),
     ]

@@ -8,9 +8,10 @@ from rest_framework import serializers
 
 from apps.accounts.models import ApiToken, AuditLogEntry, User, scope_problem
 from apps.accounts.roles import Role
+from apps.core.api.serializers import ModelSerializer
 
 
-class UserSerializer(serializers.ModelSerializer):
+class UserSerializer(ModelSerializer):
     password = serializers.CharField(write_only=True, required=False, style={"input_type": "password"})
     effective_role = serializers.CharField(read_only=True, allow_null=True)
 
@@ -76,7 +77,7 @@ class MeSerializer(serializers.ModelSerializer):
         return self.context.get("effective_role", user.effective_role)
 
 
-class ApiTokenSerializer(serializers.ModelSerializer):
+class ApiTokenSerializer(ModelSerializer):
     username = serializers.CharField(source="user.username", read_only=True)
     user = serializers.PrimaryKeyRelatedField(
         queryset=User.objects.all(), required=False, help_text="Owner; defaults to the caller."

@@ -13,6 +13,7 @@ from apps.accounts.audit import describe
 from apps.accounts.models import ApiToken, AuditLogEntry, User
 from apps.accounts.permissions import request_role
 from apps.accounts.roles import Role
+from apps.core.api.filters import BooleanFilter, FilterSet
 
 
 class UserViewSet(BaseModelViewSet):
@@ -31,8 +32,8 @@ class UserViewSet(BaseModelViewSet):
     ]  # deactivate, don't delete: the audit log refers to users
 
 
-class ApiTokenFilterSet(django_filters.FilterSet):
-    usable = django_filters.BooleanFilter(
+class ApiTokenFilterSet(FilterSet):
+    usable = BooleanFilter(
         method="filter_usable", label="Tokens that authenticate now (true) or that no longer do (false)"
     )
 
@@ -80,7 +81,7 @@ class ApiTokenViewSet(
         return Response(self.get_serializer(token).data)
 
 
-class AuditLogFilterSet(django_filters.FilterSet):
+class AuditLogFilterSet(FilterSet):
     since = django_filters.IsoDateTimeFilter(field_name="timestamp", lookup_expr="gte")
     until = django_filters.IsoDateTimeFilter(field_name="timestamp", lookup_expr="lt")
     action_prefix = django_filters.CharFilter(field_name="action", lookup_expr="startswith")

@@ -12,6 +12,7 @@ from typing import Any
 from django.db import models, transaction
 from django.db.models import ProtectedError
 from rest_framework import serializers, viewsets
+from rest_framework.response import Response
 
 from apps.accounts.audit import changed_fields, describe, field_values, redact
 from apps.core.api.exceptions import Conflict
@@ -34,6 +35,13 @@ class BaseModelViewSet(viewsets.ModelViewSet):
 
     def audit_fields(self, obj: models.Model) -> dict[str, Any]:
         return redact(field_values(obj), self.audit_redacted_fields)
+
+    def page(self, queryset: models.QuerySet, serializer_class: type[serializers.BaseSerializer]) -> Response:
+        """A list-like action's rows as one page of ``?limit=&offset=``, like the collection's own list."""
+        rows = self.paginate_queryset(queryset)
+        return self.get_paginated_response(
+            serializer_class(rows, many=True, context=self.get_serializer_context()).data
+        )
 
     def reloaded(self, obj: models.Model) -> models.Model:
         """The object as a GET would return it (with the queryset's annotations), for the response."""

@@ -3,6 +3,8 @@
 import logging
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError
 from rest_framework import exceptions, status
@@ -20,6 +22,16 @@ class Conflict(exceptions.APIException):
     default_code = "conflict"
 
 
+class PayloadTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "too_large"
+
+
+def body_too_large() -> PayloadTooLarge:
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return PayloadTooLarge(f"The request body is larger than {limit} bytes (DATA_UPLOAD_MAX_MEMORY_SIZE).")
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, DjangoValidationError):
         detail = exc.message_dict if hasattr(exc, "error_dict") else {"detail": exc.messages}
@@ -32,4 +44,6 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         view = context.get("view")
         logger.warning("%s: the database refused a change: %s", type(view).__name__ if view else "API", exc)
         exc = Conflict(integrity.explain(exc).message())
+    elif isinstance(exc, RequestDataTooBig):
+        exc = body_too_large()
     return drf_exception_handler(exc, context)

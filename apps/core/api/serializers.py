@@ -1,11 +1,27 @@
 import copy
+from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models
 from rest_framework import serializers
 
 
-class ValidatedModelSerializer(serializers.ModelSerializer):
+class ChoiceField(serializers.ChoiceField):
+    """A choice whose error lists the valid ones: ``"x" is not a valid choice; valid choices are: a, b.``"""
+
+    def __init__(self, choices: Any, **kwargs: Any) -> None:
+        super().__init__(choices, **kwargs)
+        values = ", ".join(str(value).replace("{", "{{").replace("}", "}}") for value in self.choices)
+        self.error_messages["invalid_choice"] = f'"{{input}}" is not a valid choice; valid choices are: {values}.'
+
+
+class ModelSerializer(serializers.ModelSerializer):
+    """The API's model serializer: a model field's choices come as a ChoiceField that lists them."""
+
+    serializer_choice_field = ChoiceField
+
+
+class ValidatedModelSerializer(ModelSerializer):
     """Runs the model's own ``clean()`` too, so the API enforces what the admin enforces."""
 
     def validate(self, attrs: dict) -> dict:

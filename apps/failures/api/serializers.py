@@ -8,7 +8,7 @@ from apps.failures.models import Failure, StragglerFlag
 
 class FailureSerializer(serializers.ModelSerializer):
     hostname = serializers.CharField(source="node.hostname", read_only=True)
-    gpu_uuid = serializers.CharField(source="gpu.uuid", read_only=True, default=None)
+    gpu_uuid = serializers.CharField(source="gpu.uuid", read_only=True, default=None, allow_null=True)
     recovery_action_text = serializers.CharField(
         read_only=True, allow_null=True, help_text="What NVML's recovery action asks for, in words."
     )

@@ -9,7 +9,9 @@ from apps.inventory.models import Node
 class EnrollmentTokenSerializer(ValidatedModelSerializer):
     key_prefix = serializers.SerializerMethodField()
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    used_by_hostname = serializers.CharField(source="used_by_node.hostname", read_only=True, default=None)
+    used_by_hostname = serializers.CharField(
+        source="used_by_node.hostname", read_only=True, default=None, allow_null=True
+    )
     state = serializers.ChoiceField(choices=EnrollmentTokenState.choices, read_only=True)
     expires_at = serializers.DateTimeField(required=False, help_text="Defaults to 24 hours from now.")
 
@@ -46,7 +48,7 @@ class IssuedEnrollmentTokenSerializer(EnrollmentTokenSerializer):
 class NodeCredentialSerializer(serializers.ModelSerializer):
     hostname = serializers.CharField(source="node.hostname", read_only=True)
     key_prefix = serializers.SerializerMethodField()
-    enrollment_token = serializers.SlugRelatedField(slug_field="key_id", read_only=True)
+    enrollment_token = serializers.SlugRelatedField(slug_field="key_id", read_only=True, allow_null=True)
     is_usable = serializers.BooleanField(read_only=True)
 
     class Meta:
@@ -99,7 +101,11 @@ class DiscoveryChangeSerializer(serializers.ModelSerializer):
 
 class GatewayCounterSerializer(serializers.ModelSerializer):
     hostname = serializers.CharField(
-        source="node.hostname", read_only=True, default=None, help_text="Empty for refused connections."
+        source="node.hostname",
+        read_only=True,
+        default=None,
+        allow_null=True,
+        help_text="Empty for refused connections.",
     )
 
     class Meta:

@@ -7,7 +7,7 @@ import msgspec
 from django.conf import settings
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
-from rest_framework import exceptions, serializers, status
+from rest_framework import serializers
 from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -15,6 +15,7 @@ from rest_framework.views import APIView
 
 from apps.accounts.audit import describe
 from apps.accounts.roles import Role
+from apps.core.api.exceptions import body_too_large
 from apps.inventory.importer import Document, Format, ImportFailed, import_inventory, load_document
 
 # The audit log keeps the first problems of a refused import, enough to see what went wrong.
@@ -25,11 +26,6 @@ AUDITED_ISSUES = 20
 class DocumentText:
     text: bytes
     syntax: Format
-
-
-class DocumentTooLarge(exceptions.APIException):
-    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
-    default_code = "too_large"
 
 
 class DocumentParser(BaseParser):
@@ -43,7 +39,7 @@ class DocumentParser(BaseParser):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         text = stream.read(limit + 1)
         if len(text) > limit:
-            raise DocumentTooLarge(f"The document is larger than {limit} bytes (DATA_UPLOAD_MAX_MEMORY_SIZE).")
+            raise body_too_large()
         return DocumentText(text, self.syntax)
 
 
@@ -81,7 +77,9 @@ class ImportResultSerializer(serializers.Serializer):
 
 
 class ImportIssueSerializer(serializers.Serializer):
-    path = serializers.CharField(help_text="Record and field, e.g. 'nodes[3] (gpu-004).gpus[2].uuid'.")
+    path = serializers.CharField(
+        help_text="Record and field, e.g. 'nodes[3] (gpu-004).gpus[2].uuid', or the query parameter 'dry_run'."
+    )
     message = serializers.CharField()
 
 
@@ -155,7 +153,10 @@ class InventoryImportView(APIView):
         examples=[OpenApiExample("One node", value=EXAMPLE, request_only=True)],
     )
     def post(self, request: Request) -> Response:
-        dry_run = serializers.BooleanField().run_validation(request.query_params.get("dry_run", False))
+        try:
+            dry_run = serializers.BooleanField().run_validation(request.query_params.get("dry_run", False))
+        except serializers.ValidationError as exc:  # in the shape of the document's problems, as declared
+            return Response({"errors": [{"path": "dry_run", "message": str(m)} for m in exc.detail]}, status=400)
         body = request.data  # DocumentText, or {} for an empty body (DRF skips the parser)
         try:
             raw = load_document(body.text, body.syntax) if isinstance(body, DocumentText) else body

@@ -1,6 +1,6 @@
 from rest_framework import serializers
 
-from apps.core.api.serializers import ValidatedModelSerializer
+from apps.core.api.serializers import ChoiceField, ModelSerializer, ValidatedModelSerializer
 from apps.inventory.choices import Lifecycle
 from apps.inventory.models import (
     Cluster,
@@ -27,7 +27,7 @@ class ClusterSerializer(ValidatedModelSerializer):
         fields = ["id", "name", "description", "site", "created_at", "updated_at"]
 
 
-class PortTemplateSerializer(serializers.ModelSerializer):
+class PortTemplateSerializer(ModelSerializer):
     class Meta:
         model = PortTemplate
         fields = ["id", "node_type", "device_name", "port_num", "kind", "rate_gbps"]
@@ -63,9 +63,9 @@ class RackSerializer(ValidatedModelSerializer):
 class NodeSerializer(ValidatedModelSerializer):
     cluster_name = serializers.CharField(source="cluster.name", read_only=True)
     node_type_name = serializers.CharField(source="node_type.name", read_only=True)
-    rack_name = serializers.CharField(source="rack.name", read_only=True, default=None)
+    rack_name = serializers.CharField(source="rack.name", read_only=True, default=None, allow_null=True)
     gpu_count = serializers.IntegerField(read_only=True)
-    lifecycle = serializers.ChoiceField(
+    lifecycle = ChoiceField(
         choices=Lifecycle.choices,
         default=Lifecycle.NEW,
         help_text="Initial state on create; afterwards change it with the lifecycle actions.",
@@ -176,8 +176,12 @@ class GpuSerializer(ValidatedModelSerializer):
 
 class NetworkPortSerializer(ValidatedModelSerializer):
     hostname = serializers.CharField(source="node.hostname", read_only=True)
-    connected_switch = serializers.CharField(source="_peer_switch_port.switch.name", read_only=True, default=None)
-    connected_switch_port = serializers.CharField(source="_peer_switch_port.name", read_only=True, default=None)
+    connected_switch = serializers.CharField(
+        source="_peer_switch_port.switch.name", read_only=True, default=None, allow_null=True
+    )
+    connected_switch_port = serializers.CharField(
+        source="_peer_switch_port.name", read_only=True, default=None, allow_null=True
+    )
     link = serializers.IntegerField(source="_link_id", read_only=True, allow_null=True)
 
     class Meta:
@@ -245,8 +249,9 @@ class LinkEndpointSerializer(serializers.Serializer):
 
 
 class LinkSerializer(serializers.ModelSerializer):
-    a = LinkEndpointSerializer(help_text="The A end.")
-    b = LinkEndpointSerializer(help_text="The B end.")
+    # null only in a response, for a link whose end was removed (both are required to create one).
+    a = LinkEndpointSerializer(help_text="The A end.", allow_null=True)
+    b = LinkEndpointSerializer(help_text="The B end.", allow_null=True)
 
     class Meta:
         model = Link

@@ -1,6 +1,7 @@
 from typing import NamedTuple, TypeVar
 
 from django.db.models import Prefetch
+from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied, ValidationError
@@ -31,6 +32,7 @@ from apps.inventory.models import (
     NvLink,
     PortTemplate,
     Rack,
+    ReasonRequired,
     Switch,
     SwitchPort,
 )
@@ -108,7 +110,9 @@ def lifecycle_action(lifecycle: LifecycleAction) -> object:
             done = node.transition(
                 target, actor=request.user.get_username(), user=request.user, reason=reason, override_burn_in=override
             )
-        except IllegalTransition as exc:
+        except ReasonRequired as exc:  # a body that lacks a field: a 400 naming it
+            raise ValidationError({"reason": [str(exc)]}) from exc
+        except IllegalTransition as exc:  # a move the node cannot make now (checked first): a 409
             raise Conflict(str(exc)) from exc
         if done.burn_in_override:  # the audit log names an override as such
             describe(request, "node.burn_in_override")
@@ -144,12 +148,18 @@ class NodeViewSet(BaseModelViewSet):
     filterset_class = filtersets.NodeFilterSet
     ordering_fields = ["hostname", "lifecycle", "liveness", "last_seen_at", "created_at", "rack_position"]
     action_roles = {lifecycle.name: lifecycle.role for lifecycle in LIFECYCLE_ACTIONS}
+    lookup_value_regex = "[^/]+"  # an id or a hostname, which may have dots
+
+    def get_object(self) -> Node:
+        """``/nodes/12`` or ``/nodes/gpu-007``: by id or by hostname."""
+        node = get_object_or_404(self.filter_queryset(self.get_queryset().named(self.kwargs["pk"])))
+        self.check_object_permissions(self.request, node)
+        return node
 
     @extend_schema(responses=s.NodeTransitionSerializer(many=True), summary="Lifecycle history, newest first")
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], filter_backends=[])
     def history(self, request: Request, pk: str | None = None) -> Response:
-        node = self.get_object()
-        return Response(s.NodeTransitionSerializer(node.transitions.select_related("node"), many=True).data)
+        return self.page(self.get_object().transitions.select_related("node"), s.NodeTransitionSerializer)
 
     @extend_schema(responses=s.NvLinkMatrixSerializer, summary="NVLink matrix (nvidia-smi topo -m)")
     @action(detail=True, methods=["get"], url_path="nvlink-matrix")
@@ -157,10 +167,10 @@ class NodeViewSet(BaseModelViewSet):
         return Response(nvlink_matrix(self.get_object()))
 
     @extend_schema(responses=s.NodeSerializer(many=True), summary="Other nodes under the same leaf switch")
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], filter_backends=[])
     def siblings(self, request: Request, pk: str | None = None) -> Response:
         siblings = Node.objects.with_related().filter(pk__in=self.get_object().siblings_under_leaf().values("pk"))
-        return Response(s.NodeSerializer(siblings, many=True).data)
+        return self.page(siblings, s.NodeSerializer)
 
 
 class NodeTransitionViewSet(BaseModelViewSet):
@@ -183,8 +193,9 @@ class NetworkPortViewSet(BaseModelViewSet):
     filterset_class = filtersets.NetworkPortFilterSet
     ordering_fields = ["node__hostname", "device_name", "port_num", "rate_gbps", "link_state"]
 
+    # A path of a few hops, in order: one array, not pages.
     @extend_schema(responses=s.TraceHopSerializer(many=True), summary="Trace the port's path up the fabric")
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def trace(self, request: Request, pk: str | None = None) -> Response:
         return Response(trace_hops(self.get_object()))
 
@@ -203,10 +214,10 @@ class SwitchViewSet(BaseModelViewSet):
     ordering_fields = ["name", "tier"]
 
     @extend_schema(responses=s.NodeSerializer(many=True), summary="Nodes cabled to this switch")
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], filter_backends=[])
     def nodes(self, request: Request, pk: str | None = None) -> Response:
         nodes = Node.objects.with_related().filter(pk__in=Node.objects.under_switch(self.get_object()).values("pk"))
-        return Response(s.NodeSerializer(nodes, many=True).data)
+        return self.page(nodes, s.NodeSerializer)
 
 
 class SwitchPortViewSet(BaseModelViewSet):

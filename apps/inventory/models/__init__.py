@@ -9,6 +9,7 @@ from apps.inventory.models.nodes import (
     Node,
     NodeQuerySet,
     NodeTransition,
+    ReasonRequired,
 )
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "NvLink",
     "PortTemplate",
     "Rack",
+    "ReasonRequired",
     "Switch",
     "SwitchPort",
 ]

@@ -31,6 +31,10 @@ class IllegalTransition(Exception):
     """A lifecycle change the state machine forbids, or one that lost a race with another."""
 
 
+class ReasonRequired(IllegalTransition):
+    """A move the node could make, asked for without the reason it needs."""
+
+
 class NodeQuerySet(models.QuerySet["Node"]):
     def create_new(
         self,
@@ -61,6 +65,11 @@ class NodeQuerySet(models.QuerySet["Node"]):
                 at=at or timezone.now(),
             )
         return node
+
+    def named(self, key: str) -> "NodeQuerySet":
+        """The node a URL names: ``nodes/12`` by its id, ``nodes/gpu-007`` by its hostname (a hostname
+        of digits only is read as an id)."""
+        return self.filter(pk=int(key)) if key.isascii() and key.isdigit() else self.filter(hostname=key)
 
     def with_related(self) -> "NodeQuerySet":
         """Everything a list of nodes shows, in a fixed number of queries whatever its length."""
@@ -193,7 +202,7 @@ class Node(models.Model):
             )
         reason = reason.strip()
         if to in REASON_REQUIRED and not reason:
-            raise IllegalTransition(f"A reason is required to make {self.hostname} {to.label.lower()}.")
+            raise ReasonRequired(f"A reason is required to make {self.hostname} {to.label.lower()}.")
         evidence, overridden = self._service_gate(to, reason, override_burn_in)
         now = timezone.now()
         with transaction.atomic():
@@ -230,7 +239,7 @@ class Node(models.Model):
         if not override:
             raise IllegalTransition(self.service_refusal())
         if not reason:
-            raise IllegalTransition(f"A reason is required to put {self.hostname} into service without a burn-in.")
+            raise ReasonRequired(f"A reason is required to put {self.hostname} into service without a burn-in.")
         return None, True
 
     # Topology ----------------------------------------------------------------------------------

@@ -1,11 +1,12 @@
 from rest_framework import serializers
 
+from apps.core.api.serializers import ChoiceField
 from apps.telemetry.queries import METRICS, WINDOWS
 
 
 class TelemetryQuerySerializer(serializers.Serializer):
-    window = serializers.ChoiceField(choices=sorted(WINDOWS), default="15m")
-    metric = serializers.ChoiceField(choices=sorted(METRICS), default="util_gpu")
+    window = ChoiceField(choices=sorted(WINDOWS), default="15m")
+    metric = ChoiceField(choices=sorted(METRICS), default="util_gpu")
 
 
 class GpuSeriesSerializer(serializers.Serializer):

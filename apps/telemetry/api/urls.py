@@ -3,6 +3,6 @@ from django.urls import path
 from apps.telemetry.api import views
 
 urlpatterns = [
-    path("nodes/<int:node_id>/telemetry", views.NodeTelemetryView.as_view(), name="node-telemetry"),
+    path("nodes/<str:node>/telemetry", views.NodeTelemetryView.as_view(), name="node-telemetry"),
     path("telemetry/fleet", views.FleetHistoryView.as_view(), name="fleet-telemetry"),
 ]

@@ -1,6 +1,6 @@
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -14,16 +14,22 @@ class NodeTelemetryView(APIView):
     """One node's GPU metric over the last 15 minutes, 24 hours or 30 days, as per-GPU series of
     (t, min, mean, max) points."""
 
-    @extend_schema(parameters=[TelemetryQuerySerializer], responses=NodeTelemetrySerializer)
-    def get(self, request: Request, node_id: int) -> Response:
+    @extend_schema(
+        parameters=[
+            TelemetryQuerySerializer,
+            OpenApiParameter("node", str, OpenApiParameter.PATH, description="The node's id or hostname."),
+        ],
+        responses=NodeTelemetrySerializer,
+    )
+    def get(self, request: Request, node: str) -> Response:
         query = TelemetryQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
-        node = get_object_or_404(Node.objects.only("id", "hostname"), pk=node_id)
+        found = get_object_or_404(Node.objects.named(node).only("id", "hostname"))
         window, metric = WINDOWS[query.validated_data["window"]], query.validated_data["metric"]
-        series = node_series(node.pk, window, metric, now=timezone.now())
+        series = node_series(found.pk, window, metric, now=timezone.now())
         body = {
-            "node": node.pk,
-            "hostname": node.hostname,
+            "node": found.pk,
+            "hostname": found.hostname,
             "window": window.name,
             "metric": metric,
             "unit": METRICS[metric],
