@@ -75,10 +75,12 @@ class FilterSet(django_filters.FilterSet):
         models.BooleanField: {"filter_class": BooleanFilter},
     }
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # This instance's copies of the filters: the class's stay as declared.
-        for filter_ in self.filters.values():
+    @classmethod
+    def get_filters(cls) -> dict[str, django_filters.Filter]:
+        """The class's filters (its metaclass asks, once), each choice filter with an error that lists
+        the choices: set here, before any filter builds its form field, which it then keeps."""
+        filters = super().get_filters()
+        for filter_ in filters.values():
             choices, rows = filter_.extra.get("choices"), filter_.extra.get("queryset")
             if choices is not None:
                 message = invalid_choice_message(choices() if callable(choices) else choices)
@@ -87,6 +89,7 @@ class FilterSet(django_filters.FilterSet):
             else:
                 continue
             filter_.extra["error_messages"] = {"invalid_choice": message, **filter_.extra.get("error_messages", {})}
+        return filters
 
 
 class FilterBackend(DjangoFilterBackend):

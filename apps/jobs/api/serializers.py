@@ -8,6 +8,7 @@ from rest_framework import serializers
 from agents import protocol
 from agents.executors.checks import CHECKS
 from agents.executors.params import ParamsError, decode_params
+from apps.core.api.serializers import ChoiceField
 from apps.inventory.choices import Lifecycle
 from apps.inventory.models import Node
 from apps.jobs.choices import CHECK_CHOICES
@@ -23,7 +24,7 @@ class StepSerializer(serializers.Serializer):
     """A check every node of the run takes, with what agents/executors accepts as its parameters
     (docs/burn-in-checks.md), checked here as the agent will check them."""
 
-    check = serializers.ChoiceField(choices=CHECK_CHOICES)
+    check = ChoiceField(choices=CHECK_CHOICES)
     params = serializers.JSONField(required=False, default=dict, help_text="The check's parameters, a JSON object.")
     time_limit_s = serializers.IntegerField(
         required=False, default=600, min_value=1, max_value=protocol.MAX_TIME_LIMIT_S, help_text="On the node."
