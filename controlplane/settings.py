@@ -164,6 +164,9 @@ AGENT_LIVENESS_SWEEP_S = env_int("AGENT_LIVENESS_SWEEP_S", 5, minimum=1)
 # (apps/gateway/guards.py).
 AGENT_ERROR_LIMIT = env_int("AGENT_ERROR_LIMIT", 100, minimum=1)
 AGENT_ERROR_WINDOW_S = env_int("AGENT_ERROR_WINDOW_S", 10, minimum=1)
+# Samples and events stamped further ahead of the server's clock than this are refused, and the node
+# gets a clock-skew failure (apps/gateway/guards.py).
+AGENT_MAX_CLOCK_SKEW_S = env_int("AGENT_MAX_CLOCK_SKEW_S", 300, minimum=1)
 if AGENT_UNREACHABLE_AFTER_S - AGENT_LIVENESS_SWEEP_S < 4:
     raise ImproperlyConfigured("AGENT_UNREACHABLE_AFTER_S must exceed AGENT_LIVENESS_SWEEP_S by at least 4 s.")
 

@@ -26,6 +26,9 @@ class CounterCode(models.TextChoices):
     INTERNAL = "internal", "Internal error"
     UNAUTHORIZED = "unauthorized", "Connection refused (missing, invalid or revoked credential)"
     ERROR_FLOOD = "error_flood", "Connection closed for too many errors"
+    CLOCK_SKEW = "clock_skew", "Frame stamped in the future (clock skew)"
+    SEQ_AHEAD = "seq_ahead", "Seq further ahead than an agent's buffer can hold"
+    IDENTITY_CONFLICT = "identity_conflict", "GPU or HCA identity another live node holds"
 
 
 class EnrollmentTokenState(models.TextChoices):

@@ -20,6 +20,8 @@ protocol version) are ``agents.protocol.CloseCode``, which the agent reads too.
 
 import contextlib
 import logging
+import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -34,11 +36,10 @@ from apps.accounts.audit import record
 from apps.core.clock import Clock, LoopClock
 from apps.core.process import DatabaseThread
 from apps.core.websockets import client_gone
-from apps.gateway import liveness, sinks
+from apps.gateway import guards, liveness, sinks
 from apps.gateway.bookkeeping import bookkeeper
 from apps.gateway.choices import CounterCode
 from apps.gateway.discovery import apply_inventory
-from apps.gateway.guards import ErrorWindow
 from apps.gateway.models import NodeAgent, NodeCredential
 from apps.gateway.push import agent_group
 from apps.inventory.models import Node
@@ -50,6 +51,7 @@ logger = logging.getLogger(__name__)
 # their first inventories (tens of queries each) held up the next agents' authentication and Welcome
 # past the agents' 10 s handshake timeout, and those agents came back to do it all again.
 inventory_thread = DatabaseThread("agent-inventory")
+SKEW_REPORT_INTERVAL_S = 60
 
 
 def _header(scope: dict[str, Any], name: bytes) -> str:
@@ -74,6 +76,8 @@ class AgentConsumer(AsyncWebsocketConsumer):
     said_hello = False
     closing = False
     clock: Clock = LoopClock()  # what the error window reads; tests move their own
+    wall_clock: Callable[[], float] = staticmethod(time.time)  # what an agent's timestamps are checked against
+    skew_reported_at: float | None = None
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Channels' dispatch less its ``aclose_old_connections`` before every message: that is a hop to
@@ -100,7 +104,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
             await self._close(protocol.CloseCode.UNAUTHORIZED, f"Refused: {reason}.")
             return
         self.credential, self.node = credential, credential.node
-        self.errors = ErrorWindow(settings.AGENT_ERROR_LIMIT, settings.AGENT_ERROR_WINDOW_S, self.clock)
+        self.errors = guards.ErrorWindow(settings.AGENT_ERROR_LIMIT, settings.AGENT_ERROR_WINDOW_S, self.clock)
         bookkeeper().connected(credential.pk)
         await self.channel_layer.group_add(agent_group(self.node.pk), self.channel_name)
 
@@ -155,6 +159,10 @@ class AgentConsumer(AsyncWebsocketConsumer):
         refused = protocol.message_seq(message)
         try:
             await self._handle(message)
+        except guards.Refused as exc:
+            await self._reply_error(exc.code, exc.message, *refused, counted_as=exc.counter)
+            if isinstance(exc, guards.ClockAhead):
+                await self._clock_skewed(exc.offset_s)
         except protocol.ProtocolError as exc:
             await self._reply_error(exc.code, exc.message, *refused, exc.key)
         except Exception:  # one message failing to store must not take the node's connection down
@@ -176,14 +184,18 @@ class AgentConsumer(AsyncWebsocketConsumer):
                 await inventory_thread.run(apply_inventory)(self.node, message)
             case protocol.Telemetry():
                 bookkeeper().heard_from(self.node.pk)
+                guards.check_clock(message, self.wall_clock(), settings.AGENT_MAX_CLOCK_SKEW_S)
                 stored = await sinks.store_telemetry(self.node.pk, message)
                 await self._send(protocol.Ack(stream="telemetry", seq=stored))
             case protocol.Events():
                 bookkeeper().heard_from(self.node.pk)
+                guards.check_clock(message, self.wall_clock(), settings.AGENT_MAX_CLOCK_SKEW_S)
                 stored = await database_sync_to_async(sinks.store_events)(self.node.pk, message)
                 await self._send(protocol.Ack(stream="events", seq=stored))
             case protocol.Heartbeat():
                 bookkeeper().heard_from(self.node.pk)
+                if (offset := guards.lead(message, self.wall_clock())) > settings.AGENT_MAX_CLOCK_SKEW_S:
+                    await self._clock_skewed(offset)
             case protocol.CommandStarted() | protocol.CommandUpdate() | protocol.CommandResult():
                 bookkeeper().heard_from(self.node.pk)
                 await database_sync_to_async(sinks.store_command_report)(self.node.pk, message)
@@ -239,6 +251,14 @@ class AgentConsumer(AsyncWebsocketConsumer):
         await self._reply_error("forbidden", text)
         await self._close(protocol.CloseCode.FORBIDDEN, text)
 
+    async def _clock_skewed(self, offset_s: float) -> None:
+        """Raise the node's clock-skew failure, at most once a minute per connection (a fleet whose time
+        server is down would otherwise write a failure repeat per frame)."""
+        now = self.clock.now()
+        if self.skew_reported_at is None or now - self.skew_reported_at >= SKEW_REPORT_INTERVAL_S:
+            self.skew_reported_at = now
+            await database_sync_to_async(sinks.node_clock_skewed)(self.node.pk, offset_s)
+
     async def _refuse_revoked(self) -> None:
         await self._reply_error("forbidden", "This credential was revoked; enroll the node again.")
         await self._close(protocol.CloseCode.UNAUTHORIZED, "Credential revoked.")
@@ -250,8 +270,10 @@ class AgentConsumer(AsyncWebsocketConsumer):
         seq: int | None = None,
         stream: protocol.Stream | None = None,
         key: str | None = None,
+        *,
+        counted_as: CounterCode | None = None,
     ) -> None:
-        bookkeeper().count_error(self.node.pk, code, message)
+        bookkeeper().count_error(self.node.pk, counted_as or code, message)
         await self._send(protocol.Error(code=code, message=message[:2000], seq=seq, stream=stream, key=key))
         if self.errors.add(code) and not self.closing:
             flood = f"{self.errors.limit} errors within {self.errors.window_s:g} s; the last: {message}"
