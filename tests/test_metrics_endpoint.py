@@ -8,13 +8,16 @@ import time
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from agents.protocol import Events, GpuEvent, GpuSample, NodeSample, PortSample, Telemetry
 from apps.accounts.roles import Role
 from apps.failures.events import record_events
+from apps.gateway.choices import CounterCode
+from apps.gateway.models import GatewayCounter
 from apps.inventory.models import Cluster, Node, NodeType, Rack
 from apps.telemetry.events import store_events
-from apps.telemetry.models import GPU_METRIC_FIELDS, LatestGpuSample
+from apps.telemetry.models import GPU_METRIC_FIELDS, IngestProcess, LatestGpuSample
 from apps.telemetry.storage import Submission, write_batch
 from tests import factories
 from tests.prometheus import exposition, families, scrape
@@ -28,6 +31,7 @@ NODE_FAMILIES = (
     "controlplane_gpu_xid_errors_total",
     "DCGM_FI_DEV_GPU_UTIL",
     "node_infiniband_port_data_received_bytes_total",
+    "controlplane_gateway_refused_messages_total",
 )
 
 
@@ -44,7 +48,7 @@ def every_counter_reported(device: str) -> PortSample:
 
 def busy_node(cluster: Cluster, node_type: NodeType, rack: Rack | None = None) -> Node:
     """A node with something in every family: fresh samples of 8 GPUs and 8 ports, an XID and the failure
-    it opened."""
+    it opened, a frame the gateway refused."""
     node = factories.node(cluster, node_type)
     Node.objects.filter(pk=node.pk).update(rack=rack)
     sample = NodeSample(
@@ -56,6 +60,7 @@ def busy_node(cluster: Cluster, node_type: NodeType, rack: Rack | None = None) -
     xid = Events(seq=1, events=[GpuEvent(ts=time.time(), kind="xid", gpu_index=2, xid=79)])
     store_events(node.pk, xid)
     record_events(node.pk, xid)
+    GatewayCounter.add({(node.pk, CounterCode.INVALID): (1, "NaN in power_w")}, timezone.now())
     return node
 
 
@@ -65,6 +70,18 @@ def fleet():
     node_type = factories.node_type(nics=0)
     east, west = factories.cluster("h100-east"), factories.cluster("h100-west")
     rack = Rack.objects.create(cluster=east, name="r01")
+    IngestProcess.objects.create(
+        process="cp-1:100",
+        updated_at=timezone.now(),
+        messages=1,
+        gpu_samples=8,
+        port_samples=8,
+        duplicates=0,
+        failed_batches=0,
+        pending_rows=0,
+        lag_s=0.3,
+        write_s=0.01,
+    )
 
     def grow(nodes: int = 1) -> None:
         for _ in range(nodes):
@@ -133,6 +150,7 @@ def test_it_answers_in_the_same_number_of_queries_for_any_fleet_size(api_client,
 def test_promtool_accepts_the_output_and_lints_only_dcgm_exporters_own_names(fleet):
     fleet()
     text = exposition()
+    assert "controlplane_ingest_lag_seconds" in families(text)
     result = subprocess.run(
         ["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60, check=False
     )

@@ -8,7 +8,9 @@ class GatewayConfig(AppConfig):
 
     def ready(self) -> None:
         from apps.core import events
+        from apps.core.metrics import registry
         from apps.core.process import process
+        from apps.gateway import metrics
         from apps.gateway.bookkeeping import bookkeepers, bookkeeping_thread
         from apps.gateway.consumers import inventory_thread
         from apps.gateway.push import deliver_commands
@@ -20,3 +22,4 @@ class GatewayConfig(AppConfig):
         process.add(inventory_thread)
         # Commands and cancels for agents (apps/jobs), once committed, to their nodes' sockets.
         events.subscribe(events.CommandsDispatched, deliver_commands)
+        registry.register(metrics.collect)  # what the gateway refused, in /metrics

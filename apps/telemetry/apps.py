@@ -10,9 +10,10 @@ class TelemetryConfig(AppConfig):
         from apps.core.metrics import registry
         from apps.core.process import process
         from apps.telemetry.ingest import ingestor
-        from apps.telemetry.metrics import dcgm, infiniband, xids
+        from apps.telemetry.metrics import dcgm, infiniband, ingest_health, xids
 
         process.add(ingestor)  # shut down with the server process: what is pending is written first
         registry.register(dcgm.collect)
         registry.register(xids.collect)
         registry.register(infiniband.collect)
+        registry.register(ingest_health.collect)

@@ -12,21 +12,27 @@ thread (one database connection, batches committed in arrival order); the next b
 the current one is written.
 
 A server process has one, ``ingestor``: a part of the process (apps/core/process.py), shut down when
-the server stops (what is pending is written first).
+the server stops (what is pending is written first). Every ``HEALTH_WRITE_S`` it writes its totals to
+its row of IngestProcess, for /metrics (apps/telemetry/metrics/ingest.py).
 """
 
 import asyncio
 import logging
+import os
+import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import timedelta
 
 from django.conf import settings
+from django.utils import timezone
 
 from agents.protocol import Telemetry
 from apps.core.clock import Clock, LoopClock
 from apps.core.events import NodeTelemetry, TelemetryStored, announce
 from apps.core.process import DatabaseThread, ProcessPart
+from apps.telemetry.models import IngestProcess
 from apps.telemetry.storage import StoredBatch, Submission, write_batch
 
 log = logging.getLogger(__name__)
@@ -36,6 +42,10 @@ log = logging.getLogger(__name__)
 # refreshing every 5 s instead of every second loses nothing and spares the database ~4 of 5
 # upserts (the browsers' live view comes from the channel layer, every second).
 LATEST_REFRESH_S = 5.0
+# How often each process writes its totals for /metrics; a process row not written for a day is
+# removed by the next process to write its own (a server that stopped for good).
+HEALTH_WRITE_S = 5.0
+HEALTH_ROWS_KEPT = timedelta(days=1)
 
 
 @dataclass(slots=True)
@@ -56,6 +66,7 @@ class IngestStats:
     port_rows: int = 0
     failed_batches: int = 0
     last_write_ms: float = 0.0
+    lag_s: float | None = None  # the last batch's freshest sample's age when it was stored
 
 
 class Ingestor(ProcessPart):
@@ -71,7 +82,8 @@ class Ingestor(ProcessPart):
         self._max_rows = max_rows
         self.stats = IngestStats()
         self._writer = writer
-        self._clock = clock or LoopClock()  # when a batch is due
+        self._clock = clock or LoopClock()  # when a batch is due, and when the health row is
+        self._health_due: float | None = None  # None: never written by this process
         self._writer_thread = DatabaseThread("telemetry-writer")
         # Highest seq known committed per node, from this process's own commits: lets a replay of
         # what is already stored be answered without a database round trip. The database cursor,
@@ -196,12 +208,25 @@ class Ingestor(ProcessPart):
             for pending in batch:
                 if not pending.future.done():
                     pending.future.set_exception(exc)
+        else:
+            self.stats.last_write_ms = (time.perf_counter() - started) * 1000
+            self._record(stored)
+            for pending in batch:
+                if not pending.future.done():  # a consumer that went away cancelled its future
+                    pending.future.set_result(stored.cursors[pending.submission.node_id])
+        await self._report_health()
+
+    async def _report_health(self) -> None:
+        """Every ``HEALTH_WRITE_S``, this process's totals to its IngestProcess row (on the writer thread,
+        between two batches). A failure is logged: the ingest itself goes on."""
+        now = self._clock.now()
+        if self._health_due is not None and now < self._health_due:
             return
-        self.stats.last_write_ms = (time.perf_counter() - started) * 1000
-        self._record(stored)
-        for pending in batch:
-            if not pending.future.done():  # a consumer that went away cancelled its future
-                pending.future.set_result(stored.cursors[pending.submission.node_id])
+        first, self._health_due = self._health_due is None, now + HEALTH_WRITE_S
+        try:
+            await self._writer_thread.run(_write_health)(replace(self.stats), self._pending_rows, prune=first)
+        except Exception as exc:
+            log.warning("Ingest health not written: %s", exc)
 
     def _write(self, batch: list[Submission]) -> StoredBatch:
         """On the writer thread: store the batch, then announce what it stored (a replayed duplicate is
@@ -223,6 +248,39 @@ class Ingestor(ProcessPart):
         self.stats.duplicates += stored.duplicates
         self.stats.gpu_rows += stored.gpu_rows
         self.stats.port_rows += stored.port_rows
+        freshest = max((sample.ts for s in stored.stored for sample in s.message.samples), default=None)
+        if freshest is not None:
+            self.stats.lag_s = max(0.0, time.time() - freshest)
+
+
+def process_name() -> str:
+    """How /metrics names this server process: ``host:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _write_health(stats: IngestStats, pending_rows: int, *, prune: bool) -> None:
+    now = timezone.now()
+    if prune:
+        IngestProcess.objects.filter(updated_at__lt=now - HEALTH_ROWS_KEPT).delete()
+    IngestProcess.objects.bulk_create(
+        [
+            IngestProcess(
+                process=process_name(),
+                updated_at=now,
+                messages=stats.messages_stored,
+                gpu_samples=stats.gpu_rows,
+                port_samples=stats.port_rows,
+                duplicates=stats.duplicates,
+                failed_batches=stats.failed_batches,
+                pending_rows=pending_rows,
+                lag_s=stats.lag_s,
+                write_s=stats.last_write_ms / 1000 if stats.batches else None,
+            )
+        ],
+        update_conflicts=True,
+        unique_fields=["process"],
+        update_fields=[f.name for f in IngestProcess._meta.concrete_fields if f.name != "process"],
+    )
 
 
 ingestor = Ingestor()  # the server process's, with the settings in force when it is used

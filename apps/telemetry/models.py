@@ -348,3 +348,22 @@ class XidCount(models.Model):
 
     def __str__(self) -> str:
         return f"node {self.node_id} gpu{self.gpu_index} XID {self.xid}: {self.count}"
+
+
+class IngestProcess(models.Model):
+    """One server process's ingest totals, written by its ingestor every few seconds
+    (ingest.HEALTH_WRITE_S), so that whichever process Prometheus reaches exports every process's."""
+
+    process = models.CharField(max_length=128, primary_key=True, help_text="host:pid")
+    updated_at = models.DateTimeField()
+    messages = models.BigIntegerField(help_text="Telemetry messages stored.")
+    gpu_samples = models.BigIntegerField()
+    port_samples = models.BigIntegerField()
+    duplicates = models.BigIntegerField(help_text="Messages dropped as already stored (an agent's replay).")
+    failed_batches = models.BigIntegerField(help_text="Batches the database refused (their agents resend).")
+    pending_rows = models.IntegerField(help_text="Rows waiting for the writer when this was written.")
+    lag_s = models.FloatField(null=True, help_text="Age of the freshest sample of the last batch, when stored.")
+    write_s = models.FloatField(null=True, help_text="How long the last batch took to write.")
+
+    def __str__(self) -> str:
+        return f"ingest of {self.process}"

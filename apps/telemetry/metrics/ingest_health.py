@@ -1,0 +1,63 @@
+"""The ingest's own health in ``/metrics``: each server process's totals and its last batch's lag, write
+time and backlog, from the rows every ingestor writes every few seconds (IngestProcess). Any process
+Prometheus reaches exports every process's, labelled ``process`` (``host:pid``); one that wrote nothing
+for ``STALE_AFTER`` (stopped, or stored nothing) is left out, so its series go stale.
+
+These series belong to no cluster: a scrape limited with ``?cluster=`` leaves them out (else every
+cluster's target would carry the same series), so scrape the endpoint once without it for them.
+"""
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+from apps.core.metrics import Family, Scrape, labels
+from apps.telemetry.models import IngestProcess
+
+STALE_AFTER = timedelta(minutes=10)
+
+# (name, type, help, IngestProcess field)
+_FAMILIES = (
+    ("controlplane_ingest_messages_total", "counter", "Telemetry messages the process stored.", "messages"),
+    ("controlplane_ingest_gpu_samples_total", "counter", "GPU samples the process stored.", "gpu_samples"),
+    ("controlplane_ingest_port_samples_total", "counter", "Port samples the process stored.", "port_samples"),
+    (
+        "controlplane_ingest_duplicates_total",
+        "counter",
+        "Telemetry messages dropped as already stored (an agent's replay after a reconnect).",
+        "duplicates",
+    ),
+    (
+        "controlplane_ingest_failed_batches_total",
+        "counter",
+        "Batches the database refused; their agents resend them.",
+        "failed_batches",
+    ),
+    (
+        "controlplane_ingest_lag_seconds",
+        "gauge",
+        "Age of the freshest sample of the process's last batch when it was stored.",
+        "lag_s",
+    ),
+    ("controlplane_ingest_write_seconds", "gauge", "How long the process's last batch took to write.", "write_s"),
+    (
+        "controlplane_ingest_pending_rows",
+        "gauge",
+        "Rows waiting for the process's writer when it last reported.",
+        "pending_rows",
+    ),
+)
+
+
+def collect(scrape: Scrape) -> Iterator[Family]:
+    """One query; none for a scrape limited to clusters."""
+    if scrape.clusters:
+        return
+    fields = [field for *_, field in _FAMILIES]
+    rows = list(
+        IngestProcess.objects.filter(updated_at__gte=scrape.now - STALE_AFTER)
+        .order_by("process")
+        .values_list("process", *fields)
+    )
+    for index, (name, type_, help_, _) in enumerate(_FAMILIES, start=1):
+        samples = [(labels((("process", row[0]),)), row[index]) for row in rows if row[index] is not None]
+        yield Family(name, type_, help_, samples)
