@@ -25,6 +25,7 @@ from apps.accounts.audit import client_address, describe
 from apps.accounts.throttle import (
     Lockout,
     Policy,
+    address_key,
     clear,
     first_lockout,
     record_failures,
@@ -42,7 +43,7 @@ class ThrottledSignIn:
     refused: Lockout | None = None
 
     def _checks(self) -> list[tuple[Policy, str | None]]:
-        address = client_address(self.request) if self.request else None
+        address = address_key(client_address(self.request)) if self.request else None
         return [(signin_account_policy(), self.cleaned_data.get("username")), (signin_address_policy(), address)]
 
     def clean(self) -> dict[str, Any]:

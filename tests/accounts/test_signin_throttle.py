@@ -101,6 +101,31 @@ def test_twenty_failures_from_one_address_lock_every_account_out_from_there(ada,
     assert signed_in(elsewhere_client)
 
 
+def test_an_ipv6_client_cannot_spread_its_failures_over_its_64_block(ada):
+    for n in range(20):
+        fail("/login/", f"guess-{n}", 1, address=f"2001:db8:7:1::{n + 1:x}")
+
+    _, locked = sign_in("/login/", "ada", PASSWORD, address="2001:db8:7:1:ffff::1")
+    _, next_block = sign_in("/login/", "ada", PASSWORD, address="2001:db8:7:2::1")
+
+    assert locked.status_code == 429
+    assert next_block.status_code == 302
+    assert FailureCounter.objects.get(scope="signin.address").key == "2001:db8:7:1::/64"
+
+
+@pytest.mark.parametrize(
+    ("address", "key"),
+    [
+        ("192.0.2.10", "192.0.2.10"),
+        ("2001:db8::1", "2001:db8::/64"),
+        ("::ffff:192.0.2.10", "192.0.2.10"),  # an IPv4 client on a dual-stack socket
+        (None, None),
+    ],
+)
+def test_an_address_key_is_the_ipv4_address_or_the_ipv6_64(address, key):
+    assert throttle.address_key(address) == key
+
+
 def test_the_lockout_ends_on_time_and_counting_starts_afresh(ada):
     fail("/login/", "ada", 5)
     FailureCounter.objects.update(locked_until=timezone.now() - timedelta(seconds=1))  # 15 minutes later

@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 from apps.accounts.api.viewsets import BaseModelViewSet
 from apps.accounts.audit import client_address, describe, record
 from apps.accounts.roles import Role
-from apps.accounts.throttle import enrollment_address_policy, lockout, record_failure
+from apps.accounts.throttle import address_key, enrollment_address_policy, lockout, record_failure
 from apps.core.api.exceptions import Conflict
 from apps.gateway import filtersets, push
 from apps.gateway.api import serializers as s
@@ -135,7 +135,7 @@ class EnrollView(APIView):
     )
     def post(self, request: Request) -> Response:
         now, address = timezone.now(), client_address(request)
-        locked = lockout(enrollment_address_policy(), address, now)
+        locked = lockout(enrollment_address_policy(), address_key(address), now)
         if locked:
             describe(request, "agent.enroll_throttled")
             wait = locked.retry_after_s(now)
@@ -146,7 +146,7 @@ class EnrollView(APIView):
         try:
             enrollment = enroll(body.validated_data["token"], hostname, agent=body.agent_fields())
         except EnrollmentRefused as exc:
-            record_failure(enrollment_address_policy(), address, now)
+            record_failure(enrollment_address_policy(), address_key(address), now)
             describe(request, "agent.enroll_request", exc.token, hostname=hostname, refused=exc.reason)
             raise PermissionDenied(ENROLLMENT_REFUSED) from exc
         node, credential = enrollment.node, enrollment.credential
