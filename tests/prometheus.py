@@ -1,9 +1,22 @@
-"""Reading /metrics in tests: the registry's exposition, parsed as Prometheus parses it."""
+"""/metrics in tests: the registry's exposition parsed as Prometheus parses it, and a fleet with
+something in every family."""
+
+import time
+from collections.abc import Callable
 
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from agents.protocol import Events, GpuEvent, GpuSample, NodeSample, PortSample, Telemetry
 from apps.core.metrics import Scrape, registry
+from apps.failures.events import record_events
+from apps.gateway.choices import CounterCode
+from apps.gateway.models import GatewayCounter
+from apps.inventory.models import Cluster, Node, NodeType, Rack
+from apps.telemetry.events import store_events
+from apps.telemetry.models import GPU_METRIC_FIELDS, IngestProcess, LatestGpuSample
+from apps.telemetry.storage import Submission, write_batch
+from tests import factories
 
 
 def exposition(*clusters: str) -> str:
@@ -24,3 +37,67 @@ def scrape(*clusters: str) -> dict:
 def series(parsed: dict, name: str, *keys: str) -> dict[tuple[str, ...], float]:
     """Family ``name``'s samples by the values of the labels ``keys``."""
     return {tuple(s.labels.get(key, "") for key in keys): s.value for s in parsed[name].samples if s.name == name}
+
+
+# A fleet with something in every family ------------------------------------------------------
+
+
+def every_field_reported(index: int) -> GpuSample:
+    kinds = {"BooleanField": False, "FloatField": 1.5}
+    values = {f: kinds.get(LatestGpuSample._meta.get_field(f).get_internal_type(), 1) for f in GPU_METRIC_FIELDS}
+    return GpuSample(index=index, **values)
+
+
+def every_counter_reported(device: str) -> PortSample:
+    counters = dict.fromkeys(("symbol_errors", "link_downed", "rcv_errors", "tx_bytes", "rx_bytes"), 1)
+    return PortSample(device=device, port=1, state="active", rate_gbps=400.0, tx_gbps=1.5, rx_gbps=1.5, **counters)
+
+
+def busy_node(cluster: Cluster, node_type: NodeType, rack: Rack | None = None) -> Node:
+    """A node with something in every family: fresh samples of 8 GPUs and 8 ports, an XID and the failure
+    it opened, a frame the gateway refused."""
+    node = factories.node(cluster, node_type)
+    Node.objects.filter(pk=node.pk).update(rack=rack)
+    sample = NodeSample(
+        ts=time.time() - 1,
+        gpus=[every_field_reported(i) for i in range(8)],
+        ports=[every_counter_reported(f"mlx5_{i}") for i in range(8)],
+    )
+    write_batch([Submission(node.pk, Telemetry(seq=1, samples=[sample]))])
+    xid = Events(seq=1, events=[GpuEvent(ts=time.time(), kind="xid", gpu_index=2, xid=79)])
+    store_events(node.pk, xid)
+    record_events(node.pk, xid)
+    GatewayCounter.add({(node.pk, CounterCode.INVALID): (1, "NaN in power_w")}, timezone.now())
+    return node
+
+
+def busy_fleet() -> Callable[..., None]:
+    """Two clusters, h100-east (racked) and h100-west, and a server process's ingest totals; the function
+    returned adds a busy node to each cluster (or ``nodes`` of them)."""
+    node_type = factories.node_type(nics=0)
+    east, west = factories.cluster("h100-east"), factories.cluster("h100-west")
+    rack = Rack.objects.create(cluster=east, name="r01")
+    IngestProcess.objects.create(
+        process="cp-1:100",
+        updated_at=timezone.now(),
+        messages=1,
+        gpu_samples=8,
+        port_samples=8,
+        duplicates=0,
+        failed_batches=0,
+        pending_rows=0,
+        lag_s=0.3,
+        write_s=0.01,
+    )
+
+    def grow(nodes: int = 1) -> None:
+        for _ in range(nodes):
+            busy_node(east, node_type, rack)
+            busy_node(west, node_type)
+
+    return grow
+
+
+def exported_names() -> set[str]:
+    """Every series name /metrics exports for a fleet with something in every family (needs the database)."""
+    return {sample.name for family in families(exposition()).values() for sample in family.samples}

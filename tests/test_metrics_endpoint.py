@@ -3,26 +3,21 @@ cluster filter that limits every family, and the same number of queries whatever
 
 import shutil
 import subprocess
-import time
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from django.utils import timezone
 
-from agents.protocol import Events, GpuEvent, GpuSample, NodeSample, PortSample, Telemetry
 from apps.accounts.roles import Role
-from apps.failures.events import record_events
-from apps.gateway.choices import CounterCode
-from apps.gateway.models import GatewayCounter
-from apps.inventory.models import Cluster, Node, NodeType, Rack
-from apps.telemetry.events import store_events
-from apps.telemetry.models import GPU_METRIC_FIELDS, IngestProcess, LatestGpuSample
-from apps.telemetry.storage import Submission, write_batch
-from tests import factories
-from tests.prometheus import exposition, families, scrape
+from tests.prometheus import busy_fleet, exposition, families, scrape
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def fleet():
+    return busy_fleet()
+
 
 NODE_FAMILIES = (
     "controlplane_node_lifecycle",
@@ -33,62 +28,6 @@ NODE_FAMILIES = (
     "node_infiniband_port_data_received_bytes_total",
     "controlplane_gateway_refused_messages_total",
 )
-
-
-def every_field_reported(index: int) -> GpuSample:
-    kinds = {"BooleanField": False, "FloatField": 1.5}
-    values = {f: kinds.get(LatestGpuSample._meta.get_field(f).get_internal_type(), 1) for f in GPU_METRIC_FIELDS}
-    return GpuSample(index=index, **values)
-
-
-def every_counter_reported(device: str) -> PortSample:
-    counters = dict.fromkeys(("symbol_errors", "link_downed", "rcv_errors", "tx_bytes", "rx_bytes"), 1)
-    return PortSample(device=device, port=1, state="active", rate_gbps=400.0, tx_gbps=1.5, rx_gbps=1.5, **counters)
-
-
-def busy_node(cluster: Cluster, node_type: NodeType, rack: Rack | None = None) -> Node:
-    """A node with something in every family: fresh samples of 8 GPUs and 8 ports, an XID and the failure
-    it opened, a frame the gateway refused."""
-    node = factories.node(cluster, node_type)
-    Node.objects.filter(pk=node.pk).update(rack=rack)
-    sample = NodeSample(
-        ts=time.time() - 1,
-        gpus=[every_field_reported(i) for i in range(8)],
-        ports=[every_counter_reported(f"mlx5_{i}") for i in range(8)],
-    )
-    write_batch([Submission(node.pk, Telemetry(seq=1, samples=[sample]))])
-    xid = Events(seq=1, events=[GpuEvent(ts=time.time(), kind="xid", gpu_index=2, xid=79)])
-    store_events(node.pk, xid)
-    record_events(node.pk, xid)
-    GatewayCounter.add({(node.pk, CounterCode.INVALID): (1, "NaN in power_w")}, timezone.now())
-    return node
-
-
-@pytest.fixture
-def fleet():
-    """Two clusters: h100-east (racked) and h100-west."""
-    node_type = factories.node_type(nics=0)
-    east, west = factories.cluster("h100-east"), factories.cluster("h100-west")
-    rack = Rack.objects.create(cluster=east, name="r01")
-    IngestProcess.objects.create(
-        process="cp-1:100",
-        updated_at=timezone.now(),
-        messages=1,
-        gpu_samples=8,
-        port_samples=8,
-        duplicates=0,
-        failed_batches=0,
-        pending_rows=0,
-        lag_s=0.3,
-        write_s=0.01,
-    )
-
-    def grow(nodes: int = 1) -> None:
-        for _ in range(nodes):
-            busy_node(east, node_type, rack)
-            busy_node(west, node_type)
-
-    return grow
 
 
 def test_it_serves_a_viewer_token_in_the_prometheus_text_format(api_client, fleet):
