@@ -2,12 +2,12 @@
 row for every state-changing request, and code that runs outside a request calls ``record``.
 
 Anonymous requests (refused ones, mostly) are kept without letting anyone write rows at line rate:
-the repeats of one (the same address, action and status) within ``AUDIT_REFUSAL_WINDOW_S`` share one
-row, whose ``count`` says how many there were and ``last_at`` when the last was; the row keeps the
-first one's path, detail and user agent. An undescribed anonymous request's action names its route's
-view (``POST cluster-detail``), not its path, so that varying the path makes no new rows. A view
-whose anonymous event deserves a row of its own says so (``describe(..., own_row=True)``: a failed
-sign-in, which the sign-in throttle bounds).
+the repeats of one (the same address, or IPv6 /64, action and status) within
+``AUDIT_REFUSAL_WINDOW_S`` share one row, whose ``count`` says how many there were and ``last_at``
+when the last was; the row keeps the first one's path, address, detail and user agent. An
+undescribed anonymous request's action names its route's view (``POST cluster-detail``), not its
+path, so that varying the path makes no new rows. A view whose anonymous event deserves a row of its
+own says so (``describe(..., own_row=True)``: a failed sign-in, which the sign-in throttle bounds).
 """
 
 import ipaddress
@@ -99,6 +99,20 @@ def client_address(request: HttpRequest) -> str | None:
     return _ip_or_none(request.META.get("REMOTE_ADDR") or "")
 
 
+def address_key(address: str | None) -> str | None:
+    """The block a client address stands for, when counting what one client does: an IPv4 address
+    itself, and an IPv6 address's /64 network, the block one site is given (otherwise a single IPv6
+    client would have 2^64 addresses to spread its attempts over)."""
+    if not address:
+        return None
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
+
+
 def record(
     action: str,
     *,
@@ -152,7 +166,7 @@ def _record_repeat(entry: AuditLogEntry, now: datetime) -> None:
     """Save ``entry`` as the first of its window, or count it on the row that is."""
     window_s = settings.AUDIT_REFUSAL_WINDOW_S
     window = int(now.timestamp()) // window_s * window_s
-    entry._window_key = f"{entry.remote_addr}|{entry.action}|{entry.status_code}|{window}"[:300]
+    entry._window_key = f"{address_key(entry.remote_addr)}|{entry.action}|{entry.status_code}|{window}"[:300]
     repeats = AuditLogEntry.objects.filter(_window_key=entry._window_key)
     if repeats.update(count=models.F("count") + 1, last_at=now):
         return

@@ -21,11 +21,10 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from apps.accounts.audit import client_address, describe
+from apps.accounts.audit import address_key, client_address, describe
 from apps.accounts.throttle import (
     Lockout,
     Policy,
-    address_key,
     clear,
     first_lockout,
     record_failures,

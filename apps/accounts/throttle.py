@@ -7,13 +7,12 @@ however hard it is hammered; after it ends, counting starts afresh. A successful
 account's count (not its address's). Counters are rows (``FailureCounter``), so every server process
 sees the same ones and a restart forgets nothing; an admin unlocks a key by deleting its row.
 
-An address key is the address itself for IPv4 and its /64 network for IPv6, the block one site is
-given: otherwise a single IPv6 client would have 2^64 addresses to spread its attempts over.
+Callers pass an address policy ``address_key(address)`` (apps/accounts/audit.py): the address for
+IPv4, the /64 network for IPv6.
 
 Functions take ``now``: tests move time themselves instead of waiting.
 """
 
-import ipaddress
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -57,18 +56,6 @@ def enrollment_address_policy() -> Policy:
         settings.ENROLLMENT_LOCKOUT,
         "Too many refused enrollments from this address: try again in {wait}.",
     )
-
-
-def address_key(address: str | None) -> str | None:
-    """What an address policy counts: an IPv4 address, or the /64 network of an IPv6 one."""
-    if not address:
-        return None
-    ip = ipaddress.ip_address(address)
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped:
-            return str(ip.ipv4_mapped)
-        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
-    return str(ip)
 
 
 @dataclass(frozen=True)

@@ -129,6 +129,14 @@ def test_each_address_action_and_status_gets_its_own_shared_row(db):
     ]
 
 
+def test_an_ipv6_client_shares_one_row_across_its_64_block(db):
+    for n in range(5):
+        APIClient(REMOTE_ADDR=f"2001:db8:7:1::{n + 1:x}").post("/api/v1/clusters", {"name": "x"})
+
+    entry = AuditLogEntry.objects.get()
+    assert (entry.remote_addr, entry.count) == ("2001:db8:7:1::1", 5)  # the first one's address
+
+
 def test_a_new_window_starts_a_new_row(db, settings):
     settings.AUDIT_REFUSAL_WINDOW_S = 600
     request = RequestFactory().post("/api/v1/clusters", REMOTE_ADDR=ATTACKER)

@@ -10,6 +10,7 @@ from django.test import Client
 from django.utils import timezone
 
 from apps.accounts import throttle
+from apps.accounts.audit import address_key
 from apps.accounts.models import AuditLogEntry, FailureCounter, User
 from apps.accounts.tasks import forget_stale_throttles
 from tests.celery_routing import queue_of
@@ -123,7 +124,7 @@ def test_an_ipv6_client_cannot_spread_its_failures_over_its_64_block(ada):
     ],
 )
 def test_an_address_key_is_the_ipv4_address_or_the_ipv6_64(address, key):
-    assert throttle.address_key(address) == key
+    assert address_key(address) == key
 
 
 def test_the_lockout_ends_on_time_and_counting_starts_afresh(ada):

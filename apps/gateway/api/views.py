@@ -10,9 +10,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.accounts.api.viewsets import BaseModelViewSet
-from apps.accounts.audit import client_address, describe, record
+from apps.accounts.audit import address_key, client_address, describe, record
 from apps.accounts.roles import Role
-from apps.accounts.throttle import address_key, enrollment_address_policy, lockout, record_failure
+from apps.accounts.throttle import enrollment_address_policy, lockout, record_failure
 from apps.core.api.exceptions import Conflict
 from apps.gateway import filtersets, push
 from apps.gateway.api import serializers as s
