@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agents.protocol import GpuSample
+from agents.protocol import GpuEvent, GpuSample, PortSample
 from apps.failures.choices import FailureState
 from apps.failures.events import record_event
 from apps.failures.models import Failure
@@ -101,3 +101,49 @@ def test_a_condition_that_ended_is_held_afresh_when_it_comes_back(node):
     assert Failure.objects.get().count == 2
     feed(watch, node, range(30 + MINUTE, 31 + MINUTE), rows(failed=True))  # a minute since it came back
     assert Failure.objects.get().count == 3
+
+
+# Ports ---------------------------------------------------------------------------------------------
+
+
+def port(state: str = "active") -> PortSample:
+    return PortSample(device="mlx5_3", port=1, state=state, rate_gbps=400.0)
+
+
+def feed_ports(watch: TelemetryWatch, node, seconds: range, states) -> list[Failure]:
+    raised = []
+    for second in seconds:
+        raised += watch.observe(node.pk, [], [(at(second), [port(states(second))])])
+    return raised
+
+
+def test_a_port_still_down_after_its_failure_was_resolved_opens_a_new_one(node):
+    watch = TelemetryWatch()
+    feed_ports(watch, node, range(5), lambda s: "active")
+    down = GpuEvent(
+        ts=T0 + 5, kind="port", port_device="mlx5_3", port=1, port_state="down", previous_port_state="active"
+    )
+    first = record_event(node.pk, down)  # the agent's event: the link went down
+    assert feed_ports(watch, node, range(5, 5 + MINUTE), lambda s: "down") == []  # not yet a minute
+    [again] = feed_ports(watch, node, range(5 + MINUTE, 6 + MINUTE), lambda s: "down")
+    assert (again.pk, again.count) == (first.pk, 2)  # a minute down: counted into the event's failure
+    first.resolve(actor="alice", note="reseated the cable")
+
+    [second] = feed_ports(watch, node, range(6 + MINUTE, 6 + 2 * MINUTE), lambda s: "down")
+
+    assert second.pk != first.pk
+    assert (second.code, second.port_name, second.state) == ("port-down", "mlx5_3/1", FailureState.OPEN)
+    assert second.detail == "mlx5_3/1 is still down, or keeps going down (for 120 s)."
+
+
+def test_a_flapping_port_lasts_as_one_condition(node):
+    watch = TelemetryWatch()
+    feed_ports(watch, node, range(1), lambda s: "active")
+    raised = feed_ports(watch, node, range(1, 2 + MINUTE), lambda s: "down" if s % 12 < 3 else "active")
+    assert [(f.code, f.port_name) for f in raised] == [("port-down", "mlx5_3/1")]
+
+
+def test_a_port_never_seen_up_is_no_failure(node):
+    watch = TelemetryWatch()  # an HCA port that is not cabled: down from the first sample on
+    assert feed_ports(watch, node, range(3 * MINUTE), lambda s: "down") == []
+    assert not Failure.objects.exists()
