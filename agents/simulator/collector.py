@@ -14,7 +14,7 @@ from agents.simulator.workloads import Training, Workload
 
 SIMULATED_KERNEL = "5.15.0-119-generic"
 SIMULATED_OS = "Ubuntu 22.04.4 LTS"
-MELLANOX_OUI = "b859:9f03"  # the high half of a ConnectX HCA's GUID
+MELLANOX_OUI = 0xB8599F  # the vendor part (the top 24 bits) of a ConnectX HCA's GUID
 # The frontend NIC (storage, SSH, the control plane) next to the compute HCAs: the next mlx5 device,
 # an Ethernet port that discovery reports and telemetry leaves out, as on an HGX node.
 FRONTEND_RATE_GBPS = 200.0
@@ -128,10 +128,10 @@ class _Identity:
     def __init__(self, profile: Profile, hostname: str, seed: int) -> None:
         rng = random.Random(f"{seed}:{hostname}:identity")
         self.uuids = [f"GPU-{uuid.UUID(int=rng.getrandbits(128), version=4)}" for _ in range(profile.gpus)]
-        self.serials = [f"{profile.serial_prefix}{rng.randrange(10**8):08d}" for _ in range(profile.gpus)]
-        self.port_guids = [
-            f"{MELLANOX_OUI}:{rng.getrandbits(16):04x}:{rng.getrandbits(16):04x}" for _ in range(profile.ib_ports)
-        ]
+        # Wide enough that a simulated fleet of thousands never repeats one: the gateway refuses a serial or
+        # GUID another online node reports (apps/gateway/identity.py). Real ones are unique by manufacture.
+        self.serials = [f"{profile.serial_prefix}{rng.randrange(10**12):012d}" for _ in range(profile.gpus)]
+        self.port_guids = [_guid(MELLANOX_OUI << 40 | rng.getrandbits(40)) for _ in range(profile.ib_ports)]
         self.nvlink_peers = [
             bus for bus, links in zip(profile.nvswitch_buses, profile.nvswitch_links, strict=True) for _ in range(links)
         ]
@@ -144,3 +144,9 @@ class _Identity:
             else NvLinkPeer(link=link, active=True, peer_pci_bus_id=switch)
             for link, switch in enumerate(self.nvlink_peers)
         ]
+
+
+def _guid(value: int) -> str:
+    """A 64-bit GUID as ibstat writes it: b859:9f03:00a1:b2c3."""
+    digits = f"{value:016x}"
+    return ":".join(digits[i : i + 4] for i in range(0, 16, 4))

@@ -40,6 +40,7 @@ from apps.gateway import guards, liveness, sinks
 from apps.gateway.bookkeeping import bookkeeper
 from apps.gateway.choices import CounterCode
 from apps.gateway.discovery import apply_inventory
+from apps.gateway.identity import IdentityConflict, record_conflict
 from apps.gateway.models import NodeAgent, NodeCredential
 from apps.gateway.push import agent_group
 from apps.inventory.models import Node
@@ -181,7 +182,10 @@ class AgentConsumer(AsyncWebsocketConsumer):
                     await self._refuse_impersonation(message.host.hostname, "inventory")
                     return
                 bookkeeper().heard_from(self.node.pk)
-                await inventory_thread.run(apply_inventory)(self.node, message)
+                try:
+                    await inventory_thread.run(apply_inventory)(self.node, message)
+                except IdentityConflict as conflict:
+                    await self._refuse_conflict(conflict)
             case protocol.Telemetry():
                 bookkeeper().heard_from(self.node.pk)
                 guards.check_clock(message, self.wall_clock(), settings.AGENT_MAX_CLOCK_SKEW_S)
@@ -250,6 +254,13 @@ class AgentConsumer(AsyncWebsocketConsumer):
         text = f"This credential speaks for {self.node.hostname} only; refused {where} as {claimed}."
         await self._reply_error("forbidden", text)
         await self._close(protocol.CloseCode.FORBIDDEN, text)
+
+    async def _refuse_conflict(self, conflict: IdentityConflict) -> None:
+        assert self.credential is not None
+        await database_sync_to_async(record_conflict)(
+            self.node, conflict, credential=self.credential.key_id, remote_addr=self.remote_addr
+        )
+        await self._reply_error(conflict.code, conflict.message, counted_as=CounterCode.IDENTITY_CONFLICT)
 
     async def _clock_skewed(self, offset_s: float) -> None:
         """Raise the node's clock-skew failure, at most once a minute per connection (a fleet whose time

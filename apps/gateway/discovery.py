@@ -21,6 +21,7 @@ from django.utils import timezone
 from agents import protocol
 from apps.accounts.audit import changed_fields
 from apps.gateway.choices import ChangeKind
+from apps.gateway.identity import check_claims
 from apps.gateway.models import DiscoveryChange, NodeAgent
 from apps.inventory.choices import GpuState, LinkState
 from apps.inventory.models import Gpu, NetworkPort, Node, NvLink
@@ -36,7 +37,8 @@ _PORT_FIELD_NAMES: Final = {"device_name": "device", "port_num": "port", "link_s
 def apply_inventory(node: Node, inventory: protocol.Inventory, now: datetime | None = None) -> list[DiscoveryChange]:
     """Bring the node's GPUs, ports, NVLinks and host facts in line with the report; return the changes.
 
-    Raises ProtocolError("invalid") naming the field when the report cannot be stored; nothing is
+    Raises ProtocolError("invalid") naming the field when the report cannot be stored, and
+    IdentityConflict when it claims hardware another online node reports (identity.py); nothing is
     written then.
     """
     now = now or timezone.now()
@@ -47,6 +49,7 @@ def apply_inventory(node: Node, inventory: protocol.Inventory, now: datetime | N
         agent, _ = NodeAgent.objects.get_or_create(node=node)
         if agent.inventory == snapshot:
             return []
+        check_claims(node, inventory)
         changes = [
             *_apply_gpus(node, inventory.gpus, now),
             *_apply_ports(node, inventory.ports, agent.inventory),

@@ -17,6 +17,7 @@ from agents import protocol
 from apps.accounts.audit import record
 from apps.core.events import NodeChanged, announce
 from apps.failures.events import clock_skewed as raise_clock_skew
+from apps.failures.events import duplicate_identity as raise_duplicate_identity
 from apps.failures.events import node_recovered as resolve_liveness_failures
 from apps.failures.events import node_unreachable as raise_liveness_failure
 from apps.failures.events import nodes_still_unreachable as sight_liveness_failures
@@ -49,6 +50,11 @@ def store_events(node_id: int, message: protocol.Events) -> int:
 def node_clock_skewed(node_id: int, offset_s: float) -> None:
     """The node's agent stamps its data ``offset_s`` ahead of the server's clock: a failure (apps.failures)."""
     raise_clock_skew(node_id, offset_s)
+
+
+def duplicate_identity(node_id: int, detail: str) -> None:
+    """The node's GPUs or HCAs are claimed by two online nodes: a failure on it (apps.failures)."""
+    raise_duplicate_identity(node_id, detail)
 
 
 def stored_cursors(node_id: int) -> tuple[int, int]:
