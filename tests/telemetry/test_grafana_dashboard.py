@@ -1,4 +1,5 @@
-"""The shipped Grafana dashboard queries only what /metrics exports, per node, in valid PromQL."""
+"""The shipped Grafana dashboard queries only what /metrics exports, per cluster and node, in valid PromQL,
+and shows the control plane's own series beside dcgm-exporter's."""
 
 import json
 import re
@@ -8,10 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from apps.telemetry.metrics.dcgm import FAMILIES
+from tests.alerting.test_rules import DECLARED_AHEAD, SERIES
+from tests.prometheus import busy_fleet, exported_names
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "gpu-fleet-dashboard.json"
-GRAFANA_VARIABLES = {"$Hostname": ".*", "$gpu": ".*", "$__rate_interval": "1m"}
+GRAFANA_VARIABLES = {"$cluster": ".*", "$Hostname": ".*", "$gpu": ".*", "$__rate_interval": "1m"}
+NODE_FILTER = 'cluster=~"$cluster",Hostname=~"$Hostname"'
+# Series of no node: a server process's ingest, a cluster's quarantine breaker.
+NOT_OF_A_NODE = re.compile(r"^controlplane_(ingest_|quarantine_breaker_)")
 
 
 def dashboard() -> dict:
@@ -22,19 +27,40 @@ def expressions() -> list[str]:
     return [t["expr"] for p in dashboard()["panels"] for t in p.get("targets", [])]
 
 
-def test_it_is_templated_on_hostname_and_gpu():
+def test_it_is_templated_on_cluster_hostname_and_gpu():
     variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
-    assert {"datasource", "Hostname", "gpu"} <= set(variables)
-    assert "Hostname" in variables["Hostname"]["definition"]
-    assert all('Hostname=~"$Hostname"' in expr for expr in expressions())
+    assert {"datasource", "cluster", "Hostname", "gpu"} <= set(variables)
+    assert "cluster" in variables["cluster"]["definition"]
+    assert 'cluster=~"$cluster"' in variables["Hostname"]["definition"]
 
 
-def test_it_queries_only_metrics_that_metrics_exports():
-    exported = {family.name for family in FAMILIES}
-    used = {name for expr in expressions() for name in re.findall(r"DCGM_FI_[A-Z_]+", expr)}
-    assert used <= exported
-    for needed in ("GPU_UTIL", "POWER_USAGE", "GPU_TEMP", "FB_USED", "XID_ERRORS", "ECC_DBE_VOL_TOTAL"):
-        assert f"DCGM_FI_DEV_{needed}" in used
+def test_every_query_of_a_nodes_series_is_limited_to_the_chosen_clusters_and_nodes():
+    for expr in expressions():
+        if any(not NOT_OF_A_NODE.match(name) for name in SERIES.findall(expr)):
+            assert NODE_FILTER in expr, expr
+
+
+@pytest.mark.django_db
+def test_it_queries_only_series_that_metrics_exports():
+    busy_fleet()()
+    used = {name for expr in expressions() for name in SERIES.findall(expr)}
+    assert used - exported_names() <= DECLARED_AHEAD
+    for needed in (
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_DEV_XID_ERRORS",
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "controlplane_node_lifecycle",
+        "controlplane_node_liveness",
+        "controlplane_failures_active",
+        "controlplane_gpu_xid_errors_total",
+        "node_infiniband_port_data_received_bytes_total",
+        "node_infiniband_link_downed_total",
+        "node_infiniband_symbol_error_total",
+        "controlplane_ingest_gpu_samples_total",
+        "controlplane_ingest_lag_seconds",
+        "controlplane_gateway_refused_messages_total",
+    ):
+        assert needed in used
 
 
 def test_its_panels_have_unique_ids_and_a_place():
