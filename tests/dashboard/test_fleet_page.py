@@ -41,7 +41,8 @@ def fleet(transactional_db) -> list[Node]:
 
 
 def wait_for_first_render(page: Page) -> None:
-    page.wait_for_function("window.cpFleetRendered !== undefined", timeout=10_000)
+    # A function, not an expression: Playwright evals a bare expression inside the page, which the CSP forbids.
+    page.wait_for_function("() => window.cpFleetRendered !== undefined", timeout=10_000)
 
 
 def device_pixel(page: Page, node: Node, *, x_cells: float, y_px: float) -> list[int]:
