@@ -9,13 +9,9 @@ back. Rows are never deleted: they are the history a reviewer reads next to the 
 """
 
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from django.db import models
 from django.utils import timezone
-
-if TYPE_CHECKING:
-    from apps.inventory.models.nodes import Node
 
 
 class BurnInResultQuerySet(models.QuerySet["BurnInResult"]):
@@ -27,9 +23,10 @@ class BurnInResultQuerySet(models.QuerySet["BurnInResult"]):
         return self if at is None else self.filter(finished_at__gte=at)
 
     def record(
-        self, node: "Node", *, passed: bool, run: str, summary: str = "", finished_at: datetime | None = None
+        self, node: models.Model, *, passed: bool, run: str, summary: str = "", finished_at: datetime | None = None
     ) -> "BurnInResult":
-        """The seam the burn-in runs fill: one judged run's verdict on one node."""
+        """The seam the burn-in runs fill: one judged run's verdict on one node (an inventory Node:
+        typed as a model, since nodes.py imports this module and the models import one way)."""
         return self.create(
             node=node, passed=passed, run=run, summary=summary, finished_at=finished_at or timezone.now()
         )
