@@ -8,7 +8,8 @@ import pytest
 from agents.protocol import Events, GpuEvent, NodeSample, Telemetry
 from apps.inventory.models import Gpu, Rack
 from apps.telemetry.events import store_events
-from apps.telemetry.metrics.dcgm import FAMILIES
+from apps.telemetry.metrics.dcgm import DERIVED, FAMILIES
+from apps.telemetry.models import GPU_METRIC_FIELDS
 from apps.telemetry.storage import Submission, write_batch
 from tests.prometheus import exposition, families
 from tests.telemetry.conftest import gpu_sample
@@ -99,9 +100,10 @@ def test_it_escapes_label_values(make_node):
     assert sample.labels["modelName"] == 'NVIDIA "H100"\\80GB'
 
 
-def test_every_family_has_help_and_a_dcgm_name():
+def test_every_family_has_help_a_dcgm_name_and_a_field_to_read():
     assert len({family.name for family in FAMILIES}) == len(FAMILIES)
     for family in FAMILIES:
         assert family.name.startswith(("DCGM_FI_DEV_", "DCGM_FI_PROF_"))
         assert family.type in ("gauge", "counter")
         assert family.help.endswith(".")
+        assert family.field in (*GPU_METRIC_FIELDS, *DERIVED)

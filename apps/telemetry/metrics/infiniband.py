@@ -10,14 +10,12 @@ left out, and so is a counter the agent could not read. The data counters are th
 and Prometheus' ``rate()`` treats that as the counter reset it is.
 """
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any, Literal
 
 from django.conf import settings
 
-from apps.core.metrics import Family, Number, Scrape, labels
+from apps.core.metrics import Column, Family, Scrape, by_column, labels
 from apps.inventory.metrics import node_label_fields, node_labels
 from apps.telemetry.models import LatestPortSample
 
@@ -28,65 +26,49 @@ _BYTES_PER_GBIT = 1e9 / 8
 _COUNTERS = ("rx_bytes", "tx_bytes", "link_downed", "symbol_errors", "rcv_errors")
 
 
-@dataclass(frozen=True)
-class PortFamily:
-    name: str
-    type: Literal["gauge", "counter"]
-    help: str
-    value: Callable[[dict[str, Any]], Number | None]
-
-
-def _field(name: str) -> Callable[[dict[str, Any]], Number | None]:
-    return lambda port: port[name]
-
-
-def _rate_bytes(port: dict[str, Any]) -> float | None:
-    return port["rate_gbps"] * _BYTES_PER_GBIT if port["rate_gbps"] is not None else None
-
-
 # Names, types and help texts as node_exporter's collector/infiniband_linux.go has them.
-FAMILIES: tuple[PortFamily, ...] = (
-    PortFamily(
+FAMILIES: tuple[Column, ...] = (
+    Column(
         "node_infiniband_port_data_received_bytes_total",
         "counter",
         "Number of data octets received on all links",
-        _field("rx_bytes"),
+        "rx_bytes",
     ),
-    PortFamily(
+    Column(
         "node_infiniband_port_data_transmitted_bytes_total",
         "counter",
         "Number of data octets transmitted on all links",
-        _field("tx_bytes"),
+        "tx_bytes",
     ),
-    PortFamily(
+    Column(
         "node_infiniband_link_downed_total",
         "counter",
         "Number of times the link failed to recover from an error state and went down",
-        _field("link_downed"),
+        "link_downed",
     ),
-    PortFamily(
+    Column(
         "node_infiniband_symbol_error_total",
         "counter",
         "Number of minor link errors detected on one or more physical lanes.",
-        _field("symbol_errors"),
+        "symbol_errors",
     ),
-    PortFamily(
+    Column(
         "node_infiniband_port_errors_received_total",
         "counter",
         "Number of packets containing an error that were received on this port",
-        _field("rcv_errors"),
+        "rcv_errors",
     ),
-    PortFamily(
+    Column(
         "node_infiniband_rate_bytes_per_second",
         "gauge",
         "Maximum signal transfer rate",
-        _rate_bytes,
+        "rate_bytes",
     ),
-    PortFamily(
+    Column(
         "node_infiniband_state_id",
         "gauge",
         "State of the InfiniBand port (0: no change, 1: down, 2: init, 3: armed, 4: active, 5: act defer)",
-        lambda port: _STATE_IDS.get(port["state"]),
+        "state_id",
     ),
 )
 
@@ -94,21 +76,20 @@ FAMILIES: tuple[PortFamily, ...] = (
 def collect(scrape: Scrape) -> Iterator[Family]:
     """One query whatever the fleet's size."""
     max_age = timedelta(seconds=settings.TELEMETRY_METRICS_MAX_AGE_S)
-    ports = list(
+    ports = (
         scrape.within(LatestPortSample.objects.filter(ts__gte=scrape.now - max_age), "node__cluster__name")
         .order_by("node__hostname", "device", "port")
         .values(*node_label_fields("node__"), "device", "port", "state", "rate_gbps", *_COUNTERS)
     )
-    port_labels = [
-        labels(
-            (
-                ("device", port["device"]),
-                ("port", str(port["port"])),
-                *node_labels(port["node__hostname"], port["node__cluster__name"], port["node__rack__name"]),
-            )
+    rows = []
+    for port in ports:
+        rate = port["rate_gbps"]
+        port["rate_bytes"] = rate * _BYTES_PER_GBIT if rate is not None else None
+        port["state_id"] = _STATE_IDS.get(port["state"])
+        pairs = (
+            ("device", port["device"]),
+            ("port", str(port["port"])),
+            *node_labels(port["node__hostname"], port["node__cluster__name"], port["node__rack__name"]),
         )
-        for port in ports
-    ]
-    for family in FAMILIES:
-        values = ((label, family.value(port)) for label, port in zip(port_labels, ports, strict=True))
-        yield Family(family.name, family.type, family.help, [(label, v) for label, v in values if v is not None])
+        rows.append((labels(pairs), port))
+    return by_column(FAMILIES, rows)

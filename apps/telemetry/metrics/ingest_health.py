@@ -10,36 +10,35 @@ cluster's target would carry the same series), so scrape the endpoint once witho
 from collections.abc import Iterator
 from datetime import timedelta
 
-from apps.core.metrics import Family, Scrape, labels
+from apps.core.metrics import Column, Family, Scrape, by_column, labels
 from apps.telemetry.models import IngestProcess
 
 STALE_AFTER = timedelta(minutes=10)
 
-# (name, type, help, IngestProcess field)
-_FAMILIES = (
-    ("controlplane_ingest_messages_total", "counter", "Telemetry messages the process stored.", "messages"),
-    ("controlplane_ingest_gpu_samples_total", "counter", "GPU samples the process stored.", "gpu_samples"),
-    ("controlplane_ingest_port_samples_total", "counter", "Port samples the process stored.", "port_samples"),
-    (
+FAMILIES = (
+    Column("controlplane_ingest_messages_total", "counter", "Telemetry messages the process stored.", "messages"),
+    Column("controlplane_ingest_gpu_samples_total", "counter", "GPU samples the process stored.", "gpu_samples"),
+    Column("controlplane_ingest_port_samples_total", "counter", "Port samples the process stored.", "port_samples"),
+    Column(
         "controlplane_ingest_duplicates_total",
         "counter",
         "Telemetry messages dropped as already stored (an agent's replay after a reconnect).",
         "duplicates",
     ),
-    (
+    Column(
         "controlplane_ingest_failed_batches_total",
         "counter",
         "Batches the database refused; their agents resend them.",
         "failed_batches",
     ),
-    (
+    Column(
         "controlplane_ingest_lag_seconds",
         "gauge",
         "Age of the freshest sample of the process's last batch when it was stored.",
         "lag_s",
     ),
-    ("controlplane_ingest_write_seconds", "gauge", "How long the process's last batch took to write.", "write_s"),
-    (
+    Column("controlplane_ingest_write_seconds", "gauge", "How long the process's last batch took to write.", "write_s"),
+    Column(
         "controlplane_ingest_pending_rows",
         "gauge",
         "Rows waiting for the process's writer when it last reported.",
@@ -51,13 +50,7 @@ _FAMILIES = (
 def collect(scrape: Scrape) -> Iterator[Family]:
     """One query; none for a scrape limited to clusters."""
     if scrape.clusters:
-        return
-    fields = [field for *_, field in _FAMILIES]
-    rows = list(
-        IngestProcess.objects.filter(updated_at__gte=scrape.now - STALE_AFTER)
-        .order_by("process")
-        .values_list("process", *fields)
-    )
-    for index, (name, type_, help_, _) in enumerate(_FAMILIES, start=1):
-        samples = [(labels((("process", row[0]),)), row[index]) for row in rows if row[index] is not None]
-        yield Family(name, type_, help_, samples)
+        return iter(())
+    rows = IngestProcess.objects.filter(updated_at__gte=scrape.now - STALE_AFTER).order_by("process")
+    processes = rows.values("process", *(column.field for column in FAMILIES))
+    return by_column(FAMILIES, [(labels((("process", row["process"]),)), row) for row in processes])
