@@ -35,7 +35,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Final
 
-from agents.protocol import FRAME_SPLICERS, MAX_FRAME_BYTES, STREAMS, Stream
+from agents.protocol import FRAME_SPLICERS, MAX_FRAME_BYTES, MAX_SEQ_AHEAD, STREAMS, Stream
 from agents.ratelimit import CountingLog
 from agents.spool import SavedStream, Spool, SpooledFrame, read_state, spool_dir, write_state
 
@@ -168,22 +168,44 @@ class _StreamBuffer:
             self.spool.ack(seq)
 
     def welcome(self, last_stored: int) -> None:
-        """The server's cursor at connect: drop what it has, renumber never-sent frames it cannot have."""
+        """The server's cursor at connect: drop what it has, and renumber never-sent frames it cannot have
+        (at or below its cursor) or would refuse (more than MAX_SEQ_AHEAD above it)."""
+        limit = last_stored + MAX_SEQ_AHEAD
+        if self.next_seq - 1 > limit:
+            self._drop_beyond(limit)
         unsent = bisect_right(self.memory, self.sent_high, key=_seq_of)
-        if unsent < len(self.memory) and self.memory[unsent].seq <= last_stored:
-            # The server has seqs from an earlier incarnation of this node (state dir wiped, or the
-            # simulator restarted): frames it never received must move above its cursor, not be lost.
+        if unsent < len(self.memory) and not last_stored < self.memory[unsent].seq <= self.memory[-1].seq <= limit:
+            # The server has seqs from an earlier incarnation of this node (state dir wiped, the simulator
+            # restarted), or its seqs were reset (a new credential, an admin's repair) far below ours:
+            # frames it never received must follow its cursor, not be lost.
             log.warning(
-                "%s: the server already has seq %d, beyond this agent's %d (state was reset); renumbering",
+                "%s: the server stores seq %d, and this agent's unsent frames start at %d; renumbering them",
                 self.label,
                 last_stored,
                 self.memory[unsent].seq,
             )
+            base = max(last_stored, self.sent_high, self.spool.last_seq if self.spool is not None else 0)
             for offset, frame in enumerate(self.memory[unsent:]):
-                frame.seq = last_stored + 1 + offset
-            self.next_seq = max(self.next_seq, self.memory[-1].seq + 1)
+                frame.seq = base + 1 + offset
+            self.next_seq = self.memory[-1].seq + 1
+        elif self.next_seq - 1 > limit:
+            self.next_seq = max(last_stored, self.sent_high, self.spool.last_seq if self.spool is not None else 0) + 1
         self.next_seq = max(self.next_seq, last_stored + 1)
         self.ack(last_stored)
+
+    def _drop_beyond(self, limit: int) -> None:
+        """Drop what the server would refuse and cannot be renumbered (frames already sent, frames on disk)
+        numbered above ``limit``: after an outage of more seqs than the protocol lets a frame lead by, or a
+        reset of the server's seqs. Counted as lost."""
+        if self.spool is not None:
+            self.spool.drop_above(limit, "numbered beyond what the server accepts: dropped")
+        if self.sent_high > limit:
+            sent = [frame for frame in self.memory if frame.seq <= self.sent_high]
+            beyond = [frame for frame in sent if frame.seq > limit]
+            self.loss.add(sum(len(f.items) for f in beyond), "sent, numbered beyond what the server accepts: dropped")
+            self.memory = [frame for frame in self.memory if frame not in beyond]
+            kept = [frame.seq for frame in sent if frame.seq <= limit]
+            self.sent_high = max([*kept, self.spool.last_seq if self.spool is not None else 0, 0])
 
     def discard(self, seq: int) -> int:
         """Drop the one frame numbered ``seq`` (the server refused it for good); how many items it held."""
@@ -282,8 +304,8 @@ class TelemetryBuffer:
         buffer = self.streams[stream]
         before = buffer.next_seq
         buffer.welcome(last_stored)
-        if buffer.next_seq != before and buffer.next_seq > self._reserved[stream]:
-            self._reserve(stream)
+        if buffer.next_seq != before and (buffer.next_seq > self._reserved[stream] or buffer.next_seq < before):
+            self._reserve(stream)  # lowered too: a restart must not number from the old reservation again
 
     def discard(self, stream: Stream, seq: int, why: str) -> int:
         buffer = self.streams[stream]

@@ -143,6 +143,19 @@ class Spool:
             records = self.segments[0].records
             del records[: bisect_right(records, seq, key=_seq_of)]
 
+    @property
+    def last_seq(self) -> int:
+        """The highest seq spooled (0 when none)."""
+        return next((s.records[-1].seq for s in reversed(self.segments) if s.records), 0)
+
+    def drop_above(self, seq: int, why: str) -> None:
+        """Delete every segment holding a record above ``seq``, and so what it holds, counted as lost: what
+        stays on disk is numbered at or below ``seq``, so what is appended next may follow it."""
+        while self.segments and self.last_seq > seq:
+            newest = self.segments[-1]
+            self.loss.add(sum(r.items for r in newest.records), why)
+            self._delete(newest)
+
     def discard(self, seq: int) -> int:
         """Forget the one record numbered ``seq``; how many items it held (0 when there is none)."""
         for segment in self.segments:

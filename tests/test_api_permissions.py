@@ -117,6 +117,7 @@ REQUIRED_ROLE: dict[str, dict[str, str]] = {
     **read_only("/api/v1/node-credentials", ADMIN),
     "/api/v1/node-credentials/{id}/revoke": {"POST": ADMIN},
     **read_only("/api/v1/agents"),
+    "/api/v1/agents/{id}/reset-seqs": {"POST": ADMIN},
     **read_only("/api/v1/discovery-changes"),
     **read_only("/api/v1/gateway-errors"),
     # Runs and commands: viewers read, operators start and cancel

@@ -11,6 +11,12 @@ MAX_GPUS_PER_NODE: Final = 72  # NVL72 racks are the largest NVLink domain shipp
 MAX_PORTS_PER_NODE: Final = 64
 MAX_SAMPLES_PER_FRAME: Final = 600
 MAX_EVENTS_PER_FRAME: Final = 1000
+# How far a frame's seq may run ahead of what the server stores for its stream. An agent numbers one frame
+# per sample interval (and skips at most a block of 1024 at a restart): its default buffer holds about
+# 94,000 one-second frames (26 hours), and this is over ten times that. The server refuses a frame
+# beyond it (one frame must not move a node's cursor to the end of time); an agent whose never-sent
+# frames fell beyond it, after an outage longer than that, renumbers them (agents/buffer.py).
+MAX_SEQ_AHEAD: Final = 1 << 20
 
 # Numeric ranges: every number on the wire has both bounds. NVML and sysfs counters are unsigned 64-bit;
 # msgspec bounds are int64, and no real counter reaches 2**63.

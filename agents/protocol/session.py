@@ -38,6 +38,9 @@ class CloseCode(IntEnum):
     """A newer connection of the same node took over (one socket per node)."""
     PROTOCOL_VERSION = 4426
     """The server does not speak the Hello's protocol version."""
+    SEQS_RESET = 4410
+    """An admin reset the node's stored seqs (or a new credential began a new epoch): reconnect, and the
+    Welcome says where the server's cursors are now."""
     TOO_MANY_ERRORS = 4429
     """The server answered too many of this connection's frames with an Error in a short window."""
 

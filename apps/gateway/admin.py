@@ -1,6 +1,10 @@
 from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
+from apps.accounts.audit import describe
 from apps.gateway.models import DiscoveryChange, EnrollmentToken, GatewayCounter, NodeAgent, NodeCredential
+from apps.gateway.seqs import reset_seqs
 
 
 @admin.register(EnrollmentToken)
@@ -29,6 +33,14 @@ class NodeCredentialAdmin(admin.ModelAdmin):
 class NodeAgentAdmin(admin.ModelAdmin):
     list_display = ["node", "agent_version", "simulated", "connected_at", "disconnected_at", "inventory_at"]
     search_fields = ["node__hostname", "agent_version"]
+    actions = ["reset_seqs"]
+
+    @admin.action(description="Reset the stored seqs of the selected nodes to 0 (closes their sockets)")
+    def reset_seqs(self, request: HttpRequest, queryset: QuerySet[NodeAgent]) -> None:
+        agents = list(queryset.select_related("node"))
+        before = {agent.node.hostname: reset_seqs(agent.node) for agent in agents}
+        describe(request, "node.seqs_reset", before=before, after={"telemetry": 0, "events": 0}, reason="admin site")
+        self.message_user(request, f"Reset the stored seqs of {len(agents)} node(s); their agents reconnect.")
 
 
 @admin.register(DiscoveryChange)

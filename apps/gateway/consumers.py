@@ -4,7 +4,9 @@ The agent authenticates with its node credential (``Authorization: Bearer cpn_..
 the messages of ``agents.protocol``: Hello first (answered with Welcome and the seqs already
 stored, so a reconnecting agent replays only what is missing, then with the commands it should
 have), then Inventory, Telemetry (acked by seq), Events (acked by seq), Heartbeats, and reports
-about its commands. A credential speaks for its own node only.
+about its commands. A credential speaks for its own node, and its node's hardware, only
+(identity.py). What it refuses beyond the protocol (a seq far ahead, a clock ahead, a flood of bad
+frames) is in guards.py.
 
 Commands reach the agent through the channel layer (``agent.deliver``, from apps/jobs by way of
 push.py); one that arrives before the Hello is dropped, since the Hello's own resend carries it.
@@ -14,8 +16,9 @@ one), is counted, and the connection goes on. Database work runs off the event l
 there is none besides what the message stores: liveness, error counts and revocation checks are
 batched for all connections of the process (bookkeeping.py).
 
-The close codes it uses (4401 credential refused, 4403 impersonation, 4409 superseded, 4426
-protocol version) are ``agents.protocol.CloseCode``, which the agent reads too.
+The close codes it uses (1011 a bug of its own, 4401 credential refused, 4403 impersonation, 4409
+superseded, 4410 seqs reset, 4426 protocol version, 4429 too many errors) are
+``agents.protocol.CloseCode``, which the agent reads too.
 """
 
 import contextlib
@@ -188,14 +191,14 @@ class AgentConsumer(AsyncWebsocketConsumer):
                     await self._refuse_conflict(conflict)
             case protocol.Telemetry():
                 bookkeeper().heard_from(self.node.pk)
-                guards.check_clock(message, self.wall_clock(), settings.AGENT_MAX_CLOCK_SKEW_S)
+                self._check_frame(message, "telemetry")
                 stored = await sinks.store_telemetry(self.node.pk, message)
-                await self._send(protocol.Ack(stream="telemetry", seq=stored))
+                await self._ack("telemetry", stored)
             case protocol.Events():
                 bookkeeper().heard_from(self.node.pk)
-                guards.check_clock(message, self.wall_clock(), settings.AGENT_MAX_CLOCK_SKEW_S)
+                self._check_frame(message, "events")
                 stored = await database_sync_to_async(sinks.store_events)(self.node.pk, message)
-                await self._send(protocol.Ack(stream="events", seq=stored))
+                await self._ack("events", stored)
             case protocol.Heartbeat():
                 bookkeeper().heard_from(self.node.pk)
                 if (offset := guards.lead(message, self.wall_clock())) > settings.AGENT_MAX_CLOCK_SKEW_S:
@@ -203,6 +206,14 @@ class AgentConsumer(AsyncWebsocketConsumer):
             case protocol.CommandStarted() | protocol.CommandUpdate() | protocol.CommandResult():
                 bookkeeper().heard_from(self.node.pk)
                 await database_sync_to_async(sinks.store_command_report)(self.node.pk, message)
+
+    def _check_frame(self, message: protocol.Telemetry | protocol.Events, stream: protocol.Stream) -> None:
+        guards.check_seq(message, self.stored[stream])
+        guards.check_clock(message, self.wall_clock(), settings.AGENT_MAX_CLOCK_SKEW_S)
+
+    async def _ack(self, stream: protocol.Stream, stored: int) -> None:
+        self.stored[stream] = stored
+        await self._send(protocol.Ack(stream=stream, seq=stored))
 
     async def _hello(self, hello: protocol.Hello) -> None:
         if self.said_hello:
@@ -220,6 +231,8 @@ class AgentConsumer(AsyncWebsocketConsumer):
             self.node, hello, self.remote_addr, self.connected_at
         )
         self.said_hello = True
+        self.stored: dict[protocol.Stream, int] = {"telemetry": telemetry_seq, "events": events_seq}
+        sinks.forget_stored_seq(self.node.pk)  # an admin may have reset the node's seqs since it was last here
         # One socket per node: a reconnecting agent's half-dead earlier socket (or a second agent
         # with a copied credential) is closed, so two streams never interleave one node's seqs.
         await self.channel_layer.group_send(
@@ -322,6 +335,10 @@ class AgentConsumer(AsyncWebsocketConsumer):
         give it to yet: the Hello's resend (``commands_on_connect``) carries it instead."""
         if self.said_hello and not self.closing:
             await self._send_frame(event["frame"], "command")
+
+    async def seqs_reset(self, event: dict[str, Any]) -> None:
+        if not self.closing:
+            await self._close(protocol.CloseCode.SEQS_RESET, "The node's stored seqs were reset; reconnect.")
 
     async def credential_revoked(self, event: dict[str, Any]) -> None:
         if self.credential is not None and event["credential_id"] == self.credential.pk and not self.closing:

@@ -3,7 +3,8 @@
 The token is consumed by a conditional update inside the transaction that creates the node and
 the credential, so two agents racing with one token cannot both win, and a failure anywhere
 leaves the token unused. Every refusal looks the same to the caller (a guessed, expired, used or
-misdirected token cannot be told apart); the reason goes to the audit log.
+misdirected token cannot be told apart); the reason goes to the audit log. The new credential begins a
+new epoch of the node's seqs (apps/gateway/seqs.py).
 """
 
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from django.utils import timezone
 
 from apps.gateway.choices import EnrollmentTokenState
 from apps.gateway.models import EnrollmentToken, NodeAgent, NodeCredential
+from apps.gateway.seqs import reset_seqs
 from apps.inventory.choices import Lifecycle
 from apps.inventory.models import Node
 
@@ -35,6 +37,7 @@ class Enrollment:
     token: EnrollmentToken
     created_node: bool
     revoked_credentials: list[str] = field(default_factory=list)
+    previous_seqs: dict[str, int] = field(default_factory=dict)  # a new credential starts the seqs anew
 
 
 def enroll(presented_token: str, hostname: str, *, agent: dict[str, Any]) -> Enrollment:
@@ -82,4 +85,4 @@ def _enroll(token: EnrollmentToken, hostname: str, agent: dict[str, Any]) -> Enr
     EnrollmentToken.objects.filter(pk=token.pk).update(used_by_node=node)
     token.used_at, token.used_by_node = now, node
     NodeAgent.objects.update_or_create(node=node, defaults=agent)
-    return Enrollment(node, credential, secret, token, created, earlier)
+    return Enrollment(node, credential, secret, token, created, earlier, reset_seqs(node))

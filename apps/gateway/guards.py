@@ -4,6 +4,9 @@
   the server's clock is refused, frame and all (the newest-sample rows behind /metrics only move
   forward in time, so one sample from 2096 would stand for the GPU for good): the reply says by how
   much, it is counted as ``clock_skew``, and the node gets a "clock skew" failure with the offset.
+- **A seq far ahead.** A frame numbered more than ``MAX_SEQ_AHEAD`` past what the server stores for
+  its stream is refused and counted as ``seq_ahead``: stored, it would make every real frame after it
+  a "replay" (a seq of 2**63 - 1 stopped a node's telemetry for good).
 - **A flood of bad frames.** An agent whose frames keep being refused is broken or hostile, and
   answering each refusal costs the server: past ``AGENT_ERROR_LIMIT`` refusals within
   ``AGENT_ERROR_WINDOW_S`` the consumer closes the socket (``CloseCode.TOO_MANY_ERRORS``), and the
@@ -75,3 +78,19 @@ def check_clock(message: protocol.Telemetry | protocol.Events, now: float, max_s
     """Raise ClockAhead for a frame stamped more than ``max_skew_s`` ahead of ``now``."""
     if (offset := lead(message, now)) > max_skew_s:
         raise ClockAhead(offset, max_skew_s)
+
+
+class SeqAhead(Refused):
+    counter = CounterCode.SEQ_AHEAD
+
+    def __init__(self, seq: int, stored: int) -> None:
+        super().__init__(
+            f"Seq {seq} is more than {protocol.MAX_SEQ_AHEAD} ahead of the {stored} this server stores for "
+            "the stream; an agent's buffer cannot hold that many."
+        )
+
+
+def check_seq(message: protocol.Telemetry | protocol.Events, stored: int) -> None:
+    """Raise SeqAhead for a frame numbered too far past ``stored``, the stream's stored seq."""
+    if message.seq > stored + protocol.MAX_SEQ_AHEAD:
+        raise SeqAhead(message.seq, stored)

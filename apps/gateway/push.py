@@ -24,12 +24,14 @@ def credential_revoked(node_id: int, credential_id: int) -> None:
     Best effort: if the message is lost, each consumer still finds the revocation within a second
     (see bookkeeping.py), so a broken channel layer must not fail the revoke itself.
     """
+    _tell_agent(node_id, {"type": "credential.revoked", "credential_id": credential_id})
+
+
+def _tell_agent(node_id: int, message: dict[str, object]) -> None:
     try:
-        async_to_sync(get_channel_layer().group_send)(
-            agent_group(node_id), {"type": "credential.revoked", "credential_id": credential_id}
-        )
+        async_to_sync(get_channel_layer().group_send)(agent_group(node_id), message)
     except (OSError, RedisError):
-        logger.warning("Could not notify the gateway of revoked credential %s", credential_id, exc_info=True)
+        logger.warning("Could not tell node %s's agent consumers %s", node_id, message, exc_info=True)
 
 
 def deliver_commands(event: CommandsDispatched) -> None:
@@ -49,3 +51,9 @@ def deliver_commands(event: CommandsDispatched) -> None:
         )
 
     async_to_sync(send_all)()
+
+
+def seqs_reset(node_id: int) -> None:
+    """Close the node's live sockets: the node's stored seqs were reset, and its agent must hear of it
+    from a new Welcome. Best effort, like a revoke's message."""
+    _tell_agent(node_id, {"type": "seqs.reset"})

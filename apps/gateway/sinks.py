@@ -57,6 +57,16 @@ def duplicate_identity(node_id: int, detail: str) -> None:
     raise_duplicate_identity(node_id, detail)
 
 
+def reset_cursors(node_id: int, telemetry_seq: int, events_seq: int, now: datetime) -> tuple[int, int]:
+    """Set the node's stored seqs (apps.telemetry); return what they were."""
+    return TelemetryCursor.objects.reset(node_id, telemetry_seq, events_seq, now)
+
+
+def forget_stored_seq(node_id: int) -> None:
+    """This process's ingestor checks the node's next frame against the stored cursor again."""
+    ingestor.forget(node_id)
+
+
 def stored_cursors(node_id: int) -> tuple[int, int]:
     """The highest telemetry and events seq stored for the node, for the Welcome (0, 0 when none)."""
     cursor = TelemetryCursor.objects.filter(node_id=node_id).values_list("telemetry_seq", "events_seq").first()

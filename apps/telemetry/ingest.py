@@ -130,6 +130,12 @@ class Ingestor(ProcessPart):
             self._wake.set()
         return await pending.future
 
+    def forget(self, node_id: int) -> None:
+        """Check the node's next message against its stored cursor again, not against what this process
+        last stored for it: the gateway calls it at every agent's Hello, since an admin may have reset
+        the cursor in between (apps/gateway/seqs.py)."""
+        self._stored_seq.pop(node_id, None)
+
     async def shutdown(self) -> None:
         """Write what is pending and stop the flusher, close the writer thread and forget what was
         stored: used again, the ingestor starts afresh (the database cursors stay the authority)."""

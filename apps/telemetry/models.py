@@ -19,9 +19,10 @@ Volumes at the 1,000-node scale (8 GPUs each, one sample a second) set the shape
   cursor (TelemetryCursor), advanced in the same transaction as the rows.
 """
 
+from datetime import datetime
 from typing import Any
 
-from django.db import models
+from django.db import models, transaction
 from django.db.models import Avg, Max, Sum
 
 from apps.inventory.models import Node
@@ -218,9 +219,24 @@ class LatestPortSample(PortReading):
         return f"latest node {self.node_id} {self.device}/{self.port}"
 
 
+class TelemetryCursorQuerySet(models.QuerySet["TelemetryCursor"]):
+    def reset(self, node_id: int, telemetry_seq: int, events_seq: int, now: datetime) -> tuple[int, int]:
+        """Set the node's stored seqs (a new epoch: what the agent sends next is new from there on);
+        return what they were."""
+        with transaction.atomic():
+            cursor = self.select_for_update().filter(node_id=node_id).first()
+            before = (cursor.telemetry_seq, cursor.events_seq) if cursor else (0, 0)
+            self.update_or_create(
+                node_id=node_id,
+                defaults={"telemetry_seq": telemetry_seq, "events_seq": events_seq, "updated_at": now},
+            )
+        return before
+
+
 class TelemetryCursor(models.Model):
     """The highest message seq stored per node and stream. Advanced in the same transaction as
-    the rows, so "seq <= cursor" means "already stored": that is the whole dedup."""
+    the rows, so "seq <= cursor" means "already stored": that is the whole dedup. An admin, or a
+    node's new credential, resets it (``reset``)."""
 
     node = models.OneToOneField(
         Node, on_delete=models.CASCADE, primary_key=True, db_constraint=False, related_name="telemetry_cursor"
@@ -228,6 +244,8 @@ class TelemetryCursor(models.Model):
     telemetry_seq = models.BigIntegerField(default=0)
     events_seq = models.BigIntegerField(default=0)
     updated_at = models.DateTimeField()
+
+    objects = TelemetryCursorQuerySet.as_manager()
 
     def __str__(self) -> str:
         return f"node {self.node_id}: telemetry {self.telemetry_seq}, events {self.events_seq}"

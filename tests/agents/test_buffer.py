@@ -12,13 +12,14 @@ from agents.durable import write_private_file
 from agents.protocol import (
     MAX_FRAME_BYTES,
     MAX_SAMPLES_PER_FRAME,
+    MAX_SEQ_AHEAD,
     Events,
     GpuEvent,
     Telemetry,
     decode_agent_message,
     encode,
 )
-from agents.spool import spool_summary
+from agents.spool import SavedStream, spool_summary, write_state
 from tests.agents.doubles import FakeCollector
 
 T0 = 1_700_000_000.0
@@ -214,6 +215,51 @@ def test_welcome_renumbers_never_sent_frames_when_the_server_is_ahead_of_a_reset
     assert timestamps(frames) == [T0, T0 + 1, T0 + 2]
     assert fill(buffer, 1, start=3) == [504]
     assert "renumbering" in caplog.text
+
+
+FAR = 5 * MAX_SEQ_AHEAD  # an agent that numbered this far: months of 1-second frames
+
+
+def numbered_from(state_dir, next_seq: int, **limits: int) -> TelemetryBuffer:
+    """A buffer whose state says its next telemetry seq is ``next_seq``, as after a long life."""
+    write_state(state_dir, {"telemetry": SavedStream(next_seq=next_seq), "events": SavedStream()})
+    return TelemetryBuffer(state_dir, **limits)
+
+
+def test_welcome_renumbers_never_sent_frames_that_the_server_would_refuse_as_too_far_ahead(tmp_path):
+    buffer = numbered_from(tmp_path, FAR)  # the server's seqs were reset: a new credential, an admin's repair
+    assert fill(buffer, 3) == [FAR, FAR + 1, FAR + 2]
+
+    buffer.welcome("telemetry", 0)
+
+    frames = replayed(buffer)
+    assert [f.seq for f in frames] == [3]  # renumbered 1, 2, 3, and packed as never sent
+    assert timestamps(frames) == [T0, T0 + 1, T0 + 2]
+    assert fill(buffer, 1, start=3) == [4]
+    assert TelemetryBuffer(tmp_path).last_seq("telemetry") < MAX_SEQ_AHEAD  # a restart numbers from there too
+
+
+def test_welcome_drops_spooled_frames_the_server_would_refuse_and_counts_them(tmp_path):
+    buffer = numbered_from(tmp_path, FAR, memory_frames=4)
+    fill(buffer, 10)
+    buffer.close()  # on disk now, and taken as sent after the restart: they cannot be renumbered
+    restarted = TelemetryBuffer(tmp_path, memory_frames=4)
+
+    restarted.welcome("telemetry", 7)
+
+    assert replayed(restarted) == []
+    assert restarted.dropped_samples == 10
+    assert fill(restarted, 1) == [8]
+
+
+def test_welcome_keeps_frames_within_reach_of_the_servers_seqs(tmp_path):
+    buffer = numbered_from(tmp_path, MAX_SEQ_AHEAD)
+    fill(buffer, 3)
+
+    buffer.welcome("telemetry", 5)
+
+    assert [f.seq for f in replayed(buffer, 5)] == [MAX_SEQ_AHEAD + 2]
+    assert buffer.dropped_samples == 0
 
 
 def test_discard_drops_only_the_refused_frame_and_counts_it():

@@ -1,5 +1,6 @@
 from rest_framework import serializers
 
+from agents import protocol
 from apps.gateway.choices import EnrollmentTokenState
 from apps.gateway.models import DiscoveryChange, EnrollmentToken, GatewayCounter, NodeAgent, NodeCredential
 from apps.inventory.api.serializers import ValidatedModelSerializer
@@ -147,3 +148,25 @@ class EnrollResponseSerializer(serializers.Serializer):
     hostname = serializers.CharField()
     credential = serializers.CharField(help_text="cpn_<key id>_<secret>. Shown once; the agent stores it 0600.")
     server_ws_url = serializers.CharField(help_text="Where the agent connects, e.g. wss://cp.example.com/ws/agent.")
+
+
+class SeqResetSerializer(serializers.Serializer):
+    telemetry_seq = serializers.IntegerField(
+        min_value=0, max_value=protocol.LARGEST, default=0, help_text="The telemetry seq stored from now on."
+    )
+    events_seq = serializers.IntegerField(
+        min_value=0, max_value=protocol.LARGEST, default=0, help_text="The events seq stored from now on."
+    )
+    reason = serializers.CharField(max_length=500, help_text="Why, for the audit log.")
+
+
+class SeqsSerializer(serializers.Serializer):
+    telemetry = serializers.IntegerField()
+    events = serializers.IntegerField()
+
+
+class SeqResetResultSerializer(serializers.Serializer):
+    node = serializers.IntegerField()
+    hostname = serializers.CharField()
+    before = SeqsSerializer()
+    after = SeqsSerializer()

@@ -18,6 +18,7 @@ from apps.gateway import filtersets, push
 from apps.gateway.api import serializers as s
 from apps.gateway.enrollment import EnrollmentRefused, enroll
 from apps.gateway.models import DiscoveryChange, EnrollmentToken, GatewayCounter, NodeAgent, NodeCredential
+from apps.gateway.seqs import reset_seqs
 
 READ_ONLY = ["get", "head", "options"]
 # The same answer for every refusal: a caller cannot tell a guessed token from a used or expired one.
@@ -91,6 +92,24 @@ class NodeAgentViewSet(BaseModelViewSet):
     ordering_fields = ["node__hostname", "connected_at", "inventory_at"]
     http_method_names = READ_ONLY
 
+    @extend_schema(
+        request=s.SeqResetSerializer,
+        responses=s.SeqResetResultSerializer,
+        summary="Reset the node's stored seqs (admin), closing its live socket",
+    )
+    @action(detail=True, methods=["post"], url_path="reset-seqs", http_method_names=["post", "options"])
+    def reset_seqs(self, request: Request, pk: str | None = None) -> Response:
+        """Where the server's dedup stands for the node (a frame at or below it is a replay) is set to the
+        given seqs, 0 unless said: a repair for a node whose telemetry is acked but no longer stored."""
+        node = self.get_object().node
+        body = s.SeqResetSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        after = {"telemetry": body.validated_data["telemetry_seq"], "events": body.validated_data["events_seq"]}
+        before = reset_seqs(node, after["telemetry"], after["events"])
+        describe(request, "node.seqs_reset", node, before=before, after=after, reason=body.validated_data["reason"])
+        result = {"node": node.pk, "hostname": node.hostname, "before": before, "after": after}
+        return Response(s.SeqResetResultSerializer(result).data)
+
 
 class DiscoveryChangeViewSet(BaseModelViewSet):
     """What discovery found changed on the nodes: GPUs added, removed or swapped, ports, host facts."""
@@ -158,6 +177,7 @@ class EnrollView(APIView):
             credential=credential.key_id,
             created_node=enrollment.created_node,
             revoked_credentials=enrollment.revoked_credentials,
+            previous_seqs=enrollment.previous_seqs,
             remote_addr=address,
         )
         describe(request, "agent.enroll_request", node, hostname=hostname, credential=credential.key_id)
