@@ -8,27 +8,19 @@ someone decides, in ``REQUIRED_ROLE`` below, who may call it.
 """
 
 from collections.abc import Callable, Iterator
-from datetime import date, timedelta
 
 import pytest
 from django.conf import settings
-from django.db import models
 from django.middleware.csrf import get_token
 from django.test import RequestFactory
 from django.urls import URLPattern, URLResolver, get_resolver
-from django.utils import timezone
 from drf_spectacular.generators import EndpointEnumerator
 from rest_framework.test import APIClient
 
-from apps.accounts.audit import record
 from apps.accounts.models import ApiToken, User
 from apps.accounts.roles import Role, role_rank
-from apps.failures.events import node_unreachable
-from apps.failures.models import StragglerFlag
-from apps.gateway.models import DiscoveryChange, EnrollmentToken, GatewayCounter, NodeAgent, NodeCredential
-from apps.inventory.models import Cluster, Node, Rack
-from apps.jobs.models import Run, Step
-from tests import factories
+from apps.inventory.models import Cluster
+from tests.api_world import ENDPOINTS, build_world, path_values
 from tests.dashboard.test_page_access import PAGE_ROUTES
 from tests.shared_data import rolled_back_afterwards
 
@@ -130,15 +122,6 @@ REQUIRED_ROLE: dict[str, dict[str, str]] = {
 }
 
 
-def served_endpoints() -> dict[tuple[str, str], type[models.Model] | None]:
-    """``(method, path)`` of every API endpoint, with the model its ``{id}`` refers to."""
-    endpoints = {}
-    for path, _, method, callback in EndpointEnumerator().get_api_endpoints():
-        queryset = getattr(callback.cls, "queryset", None)
-        endpoints[method, path.replace("{pk}", "{id}")] = queryset.model if queryset is not None else None
-    return endpoints
-
-
 def url_patterns(patterns: list, prefix: str = "") -> Iterator[tuple[str, Callable]]:
     for pattern in patterns:
         if isinstance(pattern, URLResolver):
@@ -147,7 +130,6 @@ def url_patterns(patterns: list, prefix: str = "") -> Iterator[tuple[str, Callab
             yield prefix + str(pattern.pattern), pattern.callback
 
 
-ENDPOINTS = served_endpoints()
 DECLARED = {(method, path) for path, methods in REQUIRED_ROLE.items() for method in methods}
 
 
@@ -196,67 +178,11 @@ def world(django_db_setup, django_db_blocker):
         yield
 
 
-def build_world() -> None:
-    cluster = factories.cluster()
-    node_type = factories.node_type(nics=2, gpus=2)
-    Rack.objects.create(cluster=cluster, name="r01")
-    node = factories.node(cluster, node_type, lifecycle="in_service")
-    factories.nvlink_mesh(node)
-    leaf = factories.switch(factories.fabric(cluster))
-    factories.cable_node_to_leaf(node, leaf)
-    node.transition("quarantined", actor="test", reason="permission matrix")
-    automation = User.objects.create(username="automation", role=Role.OPERATOR)
-    ApiToken.issue(user=automation, name="nightly", role=Role.OPERATOR)
-    record("test.setup", actor="system:test")
-    factories.gpu_price(node_type, valid_from=date(2026, 1, 1))
-    factories.energy_price(cluster, valid_from=date(2026, 1, 1))
-    failure = node_unreachable(node.pk)
-    EnrollmentToken.issue(hostname=node.hostname, expires_at=timezone.now() + timedelta(hours=1))
-    NodeCredential.issue(node)
-    NodeAgent.objects.create(node=node, agent_version="test")
-    DiscoveryChange.objects.create(node=node, kind="gpu_added", subject="gpu0")
-    GatewayCounter.objects.create(node=node, code="malformed", count=1)
-    now = timezone.now()
-    Run.objects.launch(nodes=[node], steps=[Step("health")], deadline=now + timedelta(hours=1), actor="test")
-    StragglerFlag.objects.create(
-        node=node,
-        gpu_index=1,
-        metric="power",
-        value=600,
-        reference=650,
-        deviation=50,
-        threshold=50,
-        peer_count=8,
-        window_s=300,
-        first_flagged=now,
-        last_flagged=now,
-        failure=failure,
-    )
-
-
-def model_for(path: str) -> type[models.Model]:
-    """The model whose id fills ``{id}``: the view's own, or for a plain APIView such as
-    ``/costs/clusters/{id}/rate`` that of the resource named before ``{id}`` (``/clusters/{id}``)."""
-    model = next(model for (_, served), model in ENDPOINTS.items() if served == path)
-    if model is not None:
-        return model
-    resource = path.split("/{id}")[0].rsplit("/", 1)[1]
-    for (_, served), candidate in ENDPOINTS.items():
-        if candidate is not None and served.endswith(f"/{resource}/{{id}}"):
-            return candidate
-    pytest.fail(f"Cannot tell which model's id {path} takes: no /{resource}/{{id}} endpoint to learn it from.")
-
-
 def url_for(path: str) -> str:
-    path = path.replace("{code}", "79")  # an XID the catalog describes
-    path = path.replace("{node}", str(Node.objects.order_by("pk").first().pk))
-    if "{id}" not in path:
-        return path
-    model = model_for(path)
-    obj = model._default_manager.order_by("pk").first()
-    if obj is None:
-        pytest.fail(f"No {model._meta.label} exists to call {path}; build one in the `world` fixture.")
-    return path.replace("{id}", str(obj.pk))
+    try:
+        return path.format(**path_values(path))
+    except LookupError as exc:
+        pytest.fail(str(exc))
 
 
 def cases() -> Iterator:

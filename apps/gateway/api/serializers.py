@@ -9,7 +9,7 @@ from apps.inventory.models import Node
 
 class EnrollmentTokenSerializer(ValidatedModelSerializer):
     key_prefix = serializers.SerializerMethodField()
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     used_by_hostname = serializers.CharField(
         source="used_by_node.hostname", read_only=True, default=None, allow_null=True
     )

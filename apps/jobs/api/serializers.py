@@ -11,7 +11,7 @@ from agents.executors.params import ParamsError, decode_params
 from apps.core.api.serializers import ChoiceField
 from apps.inventory.choices import Lifecycle
 from apps.inventory.models import Node
-from apps.jobs.choices import CHECK_CHOICES
+from apps.jobs.choices import CHECK_CHOICES, CommandOutcome
 from apps.jobs.models import Command, CommandLogLine, Run, Step
 
 MAX_NODES_PER_RUN = 5000
@@ -122,7 +122,7 @@ class CommandCountsSerializer(serializers.Serializer):
 
 
 class RunSerializer(serializers.ModelSerializer):
-    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None, allow_null=True)
     command_count = serializers.IntegerField(read_only=True)
     node_count = serializers.IntegerField(read_only=True)
     commands = CommandCountsSerializer(source="*", read_only=True)
@@ -159,6 +159,10 @@ class RunSerializer(serializers.ModelSerializer):
 class CommandSerializer(serializers.ModelSerializer):
     node = NodeBriefSerializer(read_only=True)
     check = serializers.CharField(source="check_name", read_only=True)
+    # Declared, not derived: DRF drops a read-only field's allow_blank, and the schema would forbid "".
+    outcome = ChoiceField(
+        choices=CommandOutcome.choices, allow_blank=True, read_only=True, help_text="Empty until over."
+    )
 
     class Meta:
         model = Command
