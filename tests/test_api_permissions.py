@@ -89,10 +89,11 @@ REQUIRED_ROLE: dict[str, dict[str, str]] = {
     "/api/v1/costs/gpu-hour": {"GET": VIEWER},
     "/api/v1/costs/energy-hour": {"GET": VIEWER},
     "/api/v1/costs/clusters/{id}/rate": {"GET": VIEWER},
-    # Failures: viewers read, operators acknowledge and resolve
+    # Failures: viewers read, operators acknowledge, resolve and move the node
     **read_only("/api/v1/failures"),
     "/api/v1/failures/{id}/acknowledge": {"POST": OPERATOR},
     "/api/v1/failures/{id}/resolve": {"POST": OPERATOR},
+    "/api/v1/failures/{id}/node-action": {"POST": OPERATOR},  # retiring for a failure: admin (tests/failures)
     "/api/v1/failures/reliability": {"GET": VIEWER},
     **read_only("/api/v1/stragglers"),
     "/api/v1/xid-catalog": {"GET": VIEWER},

@@ -20,7 +20,7 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.test import Client
 from playwright.sync_api import Browser as PlaywrightBrowser
-from playwright.sync_api import BrowserContext, Page, sync_playwright
+from playwright.sync_api import BrowserContext, Page, expect, sync_playwright
 from websockets.sync.client import ClientConnection, connect
 
 from apps.accounts.models import User
@@ -228,19 +228,27 @@ class PageErrors:
 
 @pytest.fixture
 def open_page(dashboard: LiveServer, chromium: PlaywrightBrowser) -> Iterator[Callable[..., Page]]:
-    """``open_page(user, path="/", viewport=(1280, 800), dark=False)``: a signed-in tab at ``path``.
+    """``open_page(user, path="/", viewport=(1280, 800), dark=False, timezone_id="UTC")``: a signed-in tab
+    at ``path``, its browser in that time zone and the en-US locale.
     The test fails if any page logged a JavaScript error. (The server comes before the browser, so
     it and the channel layer are torn down after it, off Playwright's loop.)"""
     errors = PageErrors()
     contexts: list[BrowserContext] = []
 
     def open_(
-        user: User | None, path: str = "/", *, viewport: tuple[int, int] = (1280, 800), dark: bool = False
+        user: User | None,
+        path: str = "/",
+        *,
+        viewport: tuple[int, int] = (1280, 800),
+        dark: bool = False,
+        timezone_id: str = "UTC",
     ) -> Page:
         context = chromium.new_context(
             base_url=dashboard.origin,
             viewport={"width": viewport[0], "height": viewport[1]},
             color_scheme="dark" if dark else "light",
+            timezone_id=timezone_id,
+            locale="en-US",
         )
         contexts.append(context)
         if user is not None:
@@ -254,6 +262,16 @@ def open_page(dashboard: LiveServer, chromium: PlaywrightBrowser) -> Iterator[Ca
     for context in contexts:
         context.close()
     assert not errors.errors, "JavaScript errors:\n" + "\n".join(errors.errors)
+
+
+def node_action(page: Page, action: str, reason: str = "") -> None:
+    """Take a node page's lifecycle action ``action`` through its dialog, and close the dialog once the
+    one result is in and says it was done."""
+    page.locator(f'#node-actions [data-action="{action}"]').click()
+    page.locator("#action-reason").fill(reason)
+    page.locator("#action-confirm").click()
+    expect(page.locator("#action-results li.ok")).to_have_count(1)
+    page.locator("#action-cancel").click()
 
 
 def screenshot(page: Page, name: str) -> Path:

@@ -14,7 +14,7 @@ from apps.inventory.choices import Lifecycle, Liveness
 from apps.inventory.models import Node, NodeTransition
 from apps.telemetry.models import LatestGpuSample
 from tests import factories
-from tests.dashboard.conftest import off_the_loop, screenshot
+from tests.dashboard.conftest import node_action, off_the_loop, screenshot
 from tests.dashboard.node_data import gpu_metrics, node_with_history
 
 pytestmark = pytest.mark.browser
@@ -159,11 +159,7 @@ def test_a_node_page_charts_its_stored_telemetry_and_operators_act_on_it(open_pa
     page.get_by_role("button", name="15 min").click()
     expect(page.locator("#chart-status")).to_contain_text("raw samples")
 
-    page.locator('#node-actions [data-action="quarantine"]').click()
-    page.locator("#action-reason").fill("XID 79: GPU 0 fell off the bus")
-    page.locator("#action-confirm").click()
-    expect(page.locator("#action-results li.ok")).to_have_count(1)
-    page.locator("#action-cancel").click()
+    node_action(page, "quarantine", "XID 79: GPU 0 fell off the bus")
     expect(page.locator("#node-lifecycle")).to_have_text("Quarantined")
     expect(page.locator('#node-actions [data-action="quarantine"]')).to_be_hidden()
     expect(page.locator('#node-actions [data-action="return_to_service"]')).to_be_visible()

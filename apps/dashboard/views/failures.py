@@ -14,6 +14,7 @@ from django.db.models import Count
 from django.http import QueryDict
 from django.utils import timezone
 
+from apps.dashboard.actions import attach_moves
 from apps.dashboard.views.base import DashboardPage
 from apps.failures.choices import FailureKind, FailureState, Severity
 from apps.failures.filtersets import FailureFilterSet
@@ -73,6 +74,7 @@ class FailuresPage(DashboardPage):
         has_more = len(failures) > limit
         failures = failures[:limit]
         attach_side_effects(failures)
+        attach_moves(failures, self.request.user.effective_role)
         more = query.copy()
         more.setlist("offset", [str(offset + limit)])
         more.setlist("limit", [str(PAGE_SIZE)])

@@ -14,28 +14,22 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
+from apps.dashboard.actions import action_data, attach_moves, move_table
 from apps.dashboard.streams import alarm_rows, alarm_summary, rounded
 from apps.dashboard.views.base import DashboardPage
 from apps.failures import xid as catalog
 from apps.failures.choices import ACTIVE_STATES
 from apps.failures.models import Failure
+from apps.inventory.actions import actions_for
 from apps.inventory.choices import Lifecycle, Liveness, SwitchTier
 from apps.inventory.filtersets import NodeFilterSet
 from apps.inventory.models import Cluster, Gpu, NetworkPort, Node, NodeType, Switch
-from apps.inventory.models.nodes import LIFECYCLE_TRANSITIONS, REASON_REQUIRED, NodeQuerySet
+from apps.inventory.models.nodes import LIFECYCLE_TRANSITIONS, NodeQuerySet
 from apps.inventory.topology import nvlink_matrix
 from apps.telemetry import throttle
 from apps.telemetry.models import LatestGpuSample, LatestPortSample
 from apps.telemetry.queries import WINDOWS
 
-# The lifecycle actions each page offers operators (REST actions of /api/v1/nodes/<id>/), and where
-# they take a node. Retiring is final and the admin's call: it stays in the API and the admin.
-ACTION_TARGETS = {
-    "quarantine": Lifecycle.QUARANTINED,
-    "drain": Lifecycle.DRAINED,
-    "return_to_service": Lifecycle.IN_SERVICE,
-}
-BULK_ACTIONS = ("quarantine", "return_to_service")
 # The list's filters, named as the REST API's /nodes filters are (the same filter set serves both).
 LIST_FILTERS = ("q", "lifecycle", "liveness", "cluster_name", "node_type_name", "leaf_switch_name")
 LIFECYCLE_ORDER = {state.value: rank for rank, state in enumerate(Lifecycle)}
@@ -66,22 +60,6 @@ CHARTS = (  # (metric of the chart API, title); node.js knows how to show each
     ("sm_clock_mhz", "SM clock"),
     ("util_mem", "Memory controller utilization"),
 )
-
-
-def lifecycle_actions(names: tuple[str, ...]) -> list[dict[str, Any]]:
-    """What the pages' scripts need to offer and run each action."""
-    return [
-        {
-            "name": name,
-            "label": name.replace("_", " ").capitalize(),
-            "path": name.replace("_", "-"),
-            "target": target.value,
-            "target_label": target.label,
-            "reason_required": target in REASON_REQUIRED,
-        }
-        for name, target in ACTION_TARGETS.items()
-        if name in names
-    ]
 
 
 def state_labels() -> dict[str, dict[str, str]]:
@@ -171,7 +149,7 @@ class NodesPage(DashboardPage):
                 "lifecycle_order": LIFECYCLE_ORDER,
                 "liveness_order": LIVENESS_ORDER,
                 "filters": {name: values[name] for name in ("lifecycle", "liveness")},
-                "actions": lifecycle_actions(BULK_ACTIONS),
+                "actions": action_data(actions_for(self.request.user.effective_role)),
             },
         }
 
@@ -296,7 +274,17 @@ class NodePage(DashboardPage):
         if self.node is None:
             context = super().get_context_data(missing_id=kwargs["pk"])
             return TemplateResponse(request, "dashboard/node_missing.html", context, status=404)
+        if request.GET.get("partial") == "lifecycle":  # node.js, after the node changed state
+            return TemplateResponse(request, "dashboard/_node_lifecycle.html", self.lifecycle_context())
         return super().get(request, *args, **kwargs)
+
+    def lifecycle_context(self) -> dict[str, Any]:
+        """Since when the node is in its state, and its lifecycle history: one query."""
+        return {
+            "node": self.node,
+            "transitions": list(self.node.transitions.all()[:TRANSITIONS_SHOWN]),
+            "transitions_shown": TRANSITIONS_SHOWN,
+        }
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         node, now = self.node, timezone.now()
@@ -304,7 +292,9 @@ class NodePage(DashboardPage):
         active = list(failures.filter(state__in=ACTIVE_STATES).order_by("-last_seen", "-id"))
         resolved = list(failures.exclude(state__in=ACTIVE_STATES).order_by("-resolved_at", "-id")[:RESOLVED_SHOWN])
         gpus = gpu_rows(node)
-        actions = lifecycle_actions(tuple(ACTION_TARGETS))
+        role = self.request.user.effective_role
+        actions = action_data(actions_for(role))
+        attach_moves(active, role)
         window = self.request.GET.get("window", "15m")
         return super().get_context_data(**kwargs) | {
             "node": node,
@@ -315,8 +305,7 @@ class NodePage(DashboardPage):
             "gpus": gpus,
             "nvlink": nvlink_rows(node),
             "ports": port_rows(node, now),
-            "transitions": list(node.transitions.all()[:TRANSITIONS_SHOWN]),
-            "transitions_shown": TRANSITIONS_SHOWN,
+            **self.lifecycle_context(),
             "allowed": node.allowed_transitions(),
             "actions": actions,
             "charts": CHARTS,
@@ -324,9 +313,11 @@ class NodePage(DashboardPage):
             "node_page": {
                 "node": node.pk,
                 "hostname": node.hostname,
+                "lifecycle": node.lifecycle,
                 "labels": state_labels(),
                 "transitions": {state: sorted(targets) for state, targets in LIFECYCLE_TRANSITIONS.items()},
                 "actions": actions,
+                "failure_moves": move_table(role),
                 "charts": [{"metric": metric, "title": title} for metric, title in CHARTS],
                 "window": window if window in WINDOWS else "15m",
                 "gpus": [row.index for row in gpus],

@@ -1,9 +1,11 @@
 from rest_framework import serializers
 
-from apps.failures import reliability
+from apps.failures import advice, reliability
 from apps.failures import xid as catalog
 from apps.failures.choices import FailureKind, Severity, XidCategory
 from apps.failures.models import Failure, StragglerFlag
+from apps.inventory.actions import LIFECYCLE_ACTIONS
+from apps.inventory.choices import Lifecycle
 
 
 class FailureSerializer(serializers.ModelSerializer):
@@ -16,6 +18,10 @@ class FailureSerializer(serializers.ModelSerializer):
         read_only=True, help_text="Linked to its cause; it raises no alarm of its own and is not in the feed."
     )
     side_effect_count = serializers.IntegerField(read_only=True, help_text="Failures linked to this one as its cause.")
+    recommended_move = serializers.SerializerMethodField(
+        help_text="The lifecycle state the recommended action takes the node to (drained, burn_in), or null: "
+        "none. POST node-action makes the move with this failure as the reason."
+    )
 
     class Meta:
         model = Failure
@@ -35,6 +41,7 @@ class FailureSerializer(serializers.ModelSerializer):
             "title",
             "detail",
             "recommended_action",
+            "recommended_move",
             "recovery_action",
             "recovery_action_text",
             "state",
@@ -51,6 +58,22 @@ class FailureSerializer(serializers.ModelSerializer):
             "resolution_note",
         ]
         read_only_fields = fields
+
+    def get_recommended_move(self, failure: Failure) -> Lifecycle | None:
+        return advice.recommended_move(failure)
+
+
+# The moves a failure can be the reason for: returning to service is never made for a failure.
+FAILURE_ACTIONS = {action.name: action for action in LIFECYCLE_ACTIONS if action.target != Lifecycle.IN_SERVICE}
+
+
+class NodeActionRequestSerializer(serializers.Serializer):
+    action = serializers.ChoiceField(
+        choices=list(FAILURE_ACTIONS), help_text="The lifecycle action to take on the failure's node."
+    )
+    note = serializers.CharField(
+        required=False, allow_blank=True, max_length=1000, help_text="Added to the reason after the failure."
+    )
 
 
 class ResolveRequestSerializer(serializers.Serializer):

@@ -1,22 +1,28 @@
 """Failures and straggler flags over HTTP. Read: viewer. Acknowledge and resolve: operator, each a
-state change on the failure that lands in the audit log; one its state forbids is a 409 saying why."""
+state change on the failure that lands in the audit log; one its state forbids is a 409 saying why.
+A failure's node can be moved (quarantined, drained, ...) with the failure as the reason: the role
+that move needs, and a 409 when the node's state does not allow it."""
 
 from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.accounts.audit import describe
-from apps.accounts.roles import Role
+from apps.accounts.permissions import request_role
+from apps.accounts.roles import Role, role_rank
 from apps.core.api.exceptions import Conflict
-from apps.failures import filtersets, reliability
+from apps.failures import advice, filtersets, reliability
 from apps.failures import xid as catalog
 from apps.failures.api import serializers as s
 from apps.failures.models import Failure, IllegalFailureTransition, StragglerFlag
+from apps.inventory.api.serializers import NodeSerializer
+from apps.inventory.models import IllegalTransition, Node
 
 ILLEGAL_TRANSITION = OpenApiResponse(description="The failure's state does not allow it; the message says why.")
 
@@ -30,7 +36,7 @@ class FailureViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = s.FailureSerializer
     filterset_class = filtersets.FailureFilterSet
     ordering_fields = ["last_seen", "first_seen", "count"]
-    action_roles = {"acknowledge": Role.OPERATOR, "resolve": Role.OPERATOR}
+    action_roles = {"acknowledge": Role.OPERATOR, "resolve": Role.OPERATOR, "node_action": Role.OPERATOR}
 
     @extend_schema(request=None, responses={200: s.FailureSerializer, 409: ILLEGAL_TRANSITION})
     @action(detail=True, methods=["post"])
@@ -59,6 +65,39 @@ class FailureViewSet(viewsets.ReadOnlyModelViewSet):
             raise Conflict(str(exc)) from exc
         describe(request, "failure.resolve", side_effects_resolved=side_effects)
         return Response(self.get_serializer(self.get_queryset().get(pk=failure.pk)).data)
+
+    @extend_schema(
+        request=s.NodeActionRequestSerializer,
+        responses={200: NodeSerializer, 409: OpenApiResponse(description="The node's state does not allow it.")},
+        summary="Move the failure's node, with this failure as the reason",
+    )
+    @action(detail=True, methods=["post"], url_path="node-action", url_name="node-action")
+    def node_action(self, request: Request, pk: str | None = None) -> Response:
+        """Quarantine, drain, burn in or retire the node the failure is on; the reason recorded in the
+        node's lifecycle history and the audit log is the failure itself (and the note, if any)."""
+        failure = self.get_object()
+        body = s.NodeActionRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        move = s.FAILURE_ACTIONS[body.validated_data["action"]]
+        if role_rank(request_role(request)) < role_rank(move.role):
+            raise PermissionDenied(f"{move.label} needs the {move.role} role.")
+        note = body.validated_data.get("note", "").strip()
+        reason = advice.as_reason(failure) + (f": {note}" if note else "")
+        node = failure.node
+        describe(
+            request,
+            f"node.{move.name}",
+            node,
+            reason=reason,
+            from_state=node.lifecycle,
+            to_state=move.target,
+            failure=failure.pk,
+        )
+        try:
+            node.transition(move.target, actor=request.user.get_username(), user=request.user, reason=reason)
+        except IllegalTransition as exc:
+            raise Conflict(str(exc)) from exc
+        return Response(NodeSerializer(Node.objects.with_related().get(pk=node.pk)).data)
 
 
 class StragglerFlagViewSet(viewsets.ReadOnlyModelViewSet):

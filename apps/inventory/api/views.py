@@ -1,4 +1,4 @@
-from typing import NamedTuple, TypeVar
+from typing import TypeVar
 
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
@@ -15,6 +15,7 @@ from apps.accounts.permissions import request_role
 from apps.accounts.roles import Role, role_rank
 from apps.core.api.exceptions import Conflict
 from apps.inventory import filtersets
+from apps.inventory.actions import LIFECYCLE_ACTIONS, LifecycleAction
 from apps.inventory.api import serializers as s
 from apps.inventory.bandwidth import theoretical_busbw
 from apps.inventory.choices import Lifecycle
@@ -64,22 +65,6 @@ class RackViewSet(BaseModelViewSet):
     serializer_class = s.RackSerializer
     filterset_class = filtersets.RackFilterSet
     ordering_fields = ["name"]
-
-
-class LifecycleAction(NamedTuple):
-    name: str  # the viewset action; its URL is the name with dashes (``return-to-service``)
-    target: Lifecycle
-    role: Role
-
-
-# The lifecycle actions of /api/v1/nodes/<id>/: where each takes a node and the role it needs.
-LIFECYCLE_ACTIONS = (
-    LifecycleAction("start_burn_in", Lifecycle.BURN_IN, Role.OPERATOR),
-    LifecycleAction("quarantine", Lifecycle.QUARANTINED, Role.OPERATOR),
-    LifecycleAction("drain", Lifecycle.DRAINED, Role.OPERATOR),
-    LifecycleAction("return_to_service", Lifecycle.IN_SERVICE, Role.OPERATOR),
-    LifecycleAction("retire", Lifecycle.RETIRED, Role.ADMIN),
-)
 
 
 def burn_in_override(request: Request, target: Lifecycle, asked: bool) -> bool:

@@ -1,9 +1,12 @@
 // The failures page: the list is the server's (_failure_list.html), fetched again with ?partial=1
 // when ws/live's failures feed says a failure changed; operators acknowledge and resolve through
-// the REST API, which checks their role again.
+// the REST API, which checks their role again, and move a failure's node (quarantine, drain, ...)
+// in one click with the failure as the reason.
 
 import { api, toast } from "./api.js";
+import { moveForFailure } from "./lifecycle.js";
 import { LiveSocket } from "./live.js";
+import { localiseTimes } from "./when.js";
 
 const PAGE_SIZE = 50;
 const MAX_LIMIT = 500; // the server's cap on one read
@@ -33,6 +36,7 @@ async function fetchList(extra) {
   if (!response.ok) throw new Error(`The server answered ${response.status}.`);
   const holder = document.createElement("div");
   holder.innerHTML = await response.text(); // the server's template, escaped there
+  localiseTimes(holder);
   return holder;
 }
 
@@ -91,11 +95,28 @@ async function act(button, failureId, action, body) {
   }
 }
 
+async function moveNode(button, failureId) {
+  button.disabled = true;
+  try {
+    const node = await moveForFailure(failureId, button.dataset.nodeAction);
+    toast(`${node.hostname} is now ${node.lifecycle.replace("_", " ")}, for this failure.`, { ok: true });
+    refreshSoon(); // the node's other failures offer other moves now
+  } catch (error) {
+    toast(error.message);
+    button.disabled = false;
+  }
+}
+
 feed.addEventListener("click", (event) => {
   const link = event.target.closest("#load-more");
   if (link) {
     event.preventDefault();
     loadMore(link).catch((error) => toast(`Could not load more failures: ${error.message}`));
+    return;
+  }
+  const move = event.target.closest("button[data-node-action]");
+  if (move) {
+    moveNode(move, move.closest("li[data-failure]").dataset.failure);
     return;
   }
   const button = event.target.closest("button[data-action]");

@@ -6,6 +6,7 @@ import { startFleet } from "./fleet-boot.js";
 import { Heatmap, METRICS, heatmapTheme } from "./heatmap.js";
 import { TIMINGS_KEPT } from "./live.js";
 import { cssVar, drawLegend } from "./scale.js";
+import { chartTimeOptions, formatTick, formatWhen, timeHtml } from "./when.js";
 
 const page = JSON.parse(document.getElementById("fleet-page").textContent);
 const HOUR_S = 3600;
@@ -102,24 +103,30 @@ async function makeChart(container) {
   // Loaded after the heatmap is drawn: the chart library is not needed for the first useful render.
   const { default: uPlot } = await import("../vendor/uplot/uPlot.esm.js");
   const options = {
+    ...chartTimeOptions(uPlot),
     width: container.clientWidth,
     height: 220,
     series: [
-      {},
+      { value: (_, ts) => (ts === null ? "–" : formatWhen(new Date(ts * 1000))) },
       { label: "Utilization", stroke: cssVar("--accent"), width: 1.5, scale: "%", value: (_, v) => (v === null ? "–" : `${v.toFixed(1)} %`) },
       { label: "Power", stroke: cssVar("--error"), width: 1.5, scale: "kW", value: (_, v) => (v === null ? "–" : `${v.toFixed(1)} kW`) },
     ],
     scales: { "%": { range: [0, 100] }, kW: { range: (_, min, max) => [0, Math.max(1, max * 1.15)] } },
     axes: [
-      { stroke: cssVar("--muted"), grid: { stroke: cssVar("--border") } },
+      { stroke: cssVar("--muted"), grid: { stroke: cssVar("--border") }, values: (_, ticks) => ticks.map((t) => formatTick(new Date(t * 1000))) },
       { scale: "%", stroke: cssVar("--muted"), grid: { stroke: cssVar("--border") }, values: (_, ticks) => ticks.map((t) => `${t} %`) },
       { scale: "kW", side: 1, stroke: cssVar("--muted"), grid: { show: false }, values: (_, ticks) => ticks.map((t) => `${t} kW`) },
     ],
   };
-  const made = new uPlot(options, series, container);
-  new ResizeObserver(() => made.setSize({ width: container.clientWidth, height: 220 })).observe(container);
-  return made;
+  return new uPlot(options, series, container);
 }
+
+window.addEventListener("timezonechange", async () => { // its ticks fall on other hours
+  if (!chart) return;
+  chart.destroy();
+  chart = await makeChart(chartBox);
+  chart.setData(series);
+});
 
 async function loadHistory() {
   const history = await api("GET", "telemetry/fleet");
@@ -159,7 +166,7 @@ function refreshFeedSoon() {
       ? answer.results.map((f) => `<li data-failure="${f.id}"><span class="pill sev-${escapeHtml(f.severity)}">${escapeHtml(f.severity)}</span>
           <a href="/nodes/${f.node}/">${escapeHtml(f.hostname)}</a>${f.gpu_index === null ? "" : ` GPU ${f.gpu_index}`}
           <span>${escapeHtml(f.title)}</span>${f.count > 1 ? ` <span class="pill">×${f.count}</span>` : ""}
-          <time class="when" datetime="${f.last_seen}">${new Date(f.last_seen).toLocaleTimeString()}</time></li>`).join("")
+          <span class="when">${timeHtml(new Date(f.last_seen))}</span></li>`).join("")
       : '<li class="muted" id="no-failures">No open failures.</li>';
   }, 300);
 }
@@ -201,7 +208,9 @@ worker.addEventListener("message", ({ data }) => {
 });
 worker.addEventListener("error", (event) => console.error("Fleet worker:", event.message));
 
-makeChart(document.getElementById("fleet-chart"))
+const chartBox = document.getElementById("fleet-chart");
+new ResizeObserver(() => chart?.setSize({ width: chartBox.clientWidth, height: 220 })).observe(chartBox);
+makeChart(chartBox)
   .then((made) => { chart = made; return loadHistory(); })
   .catch((error) => console.warn("Fleet history:", error.message));
 

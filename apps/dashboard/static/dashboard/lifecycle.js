@@ -21,6 +21,25 @@ export async function runAll(items, perform, onDone = () => {}) {
   return results;
 }
 
+/** The moves a failure row offers, as includes/failure_moves.html writes them: from the page's
+ *  `failure_moves` table ({advice: {node state: {actions, note}}}, apps/dashboard/actions.py) and its
+ *  `actions` (those this user may take). "" when there is nothing to offer or say. */
+export function movesHtml(page, advice, lifecycle) {
+  const moves = page.failure_moves[advice ?? ""]?.[lifecycle];
+  if (!moves || (!moves.actions.length && !moves.note)) return "";
+  const byName = Object.fromEntries(page.actions.map((action) => [action.name, action]));
+  const buttons = moves.actions.map((name) => `<button type="button" data-node-action="${escapeHtml(name)}"${name === "quarantine" ? ' class="danger"' : ""}
+    title="${escapeHtml(`${byName[name].label} ${page.hostname}, with this failure as the reason`)}">${escapeHtml(byName[name].label)} for this failure</button>`);
+  const note = moves.note ? `<span class="sub move-note">${escapeHtml(moves.note)}</span>` : "";
+  return `<div class="failure-moves">${note}${buttons.join("")}</div>`;
+}
+
+/** One click: the failure's node makes `action` (a name of LIFECYCLE_ACTIONS) with the failure as the
+ *  reason. Resolves to the node as the REST API shows it. */
+export function moveForFailure(failureId, action) {
+  return api("POST", `failures/${failureId}/node-action`, { action });
+}
+
 /** POST a lifecycle action (an entry of the page's `actions`) for one node id. */
 export function transition(nodeId, action, reason) {
   return api("POST", `nodes/${nodeId}/${action.path}`, reason ? { reason } : {});

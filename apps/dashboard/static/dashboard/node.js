@@ -4,19 +4,17 @@
 import uPlot from "../vendor/uplot/uPlot.esm.js";
 import { api, escapeHtml, toast } from "./api.js";
 import { applyDataStyles } from "./data-styles.js";
-import { ActionDialog, refusal, transition } from "./lifecycle.js";
+import { ActionDialog, moveForFailure, movesHtml, refusal, transition } from "./lifecycle.js";
 import { LiveSocket } from "./live.js";
 import { cssVar } from "./scale.js";
 import { isDark } from "./theme.js";
-import { localiseTimes, showTime } from "./when.js";
+import { chartTimeOptions, formatTick, formatWhen, localiseTimes, showTime } from "./when.js";
 
 const page = JSON.parse(document.getElementById("node-page").textContent);
 const canOperate = document.body.dataset.canOperate === "true";
 const LIVE_WINDOW = "15m";
 const LIVE_SPAN_S = 15 * 60;
 const REFRESH_LONG_WINDOWS_MS = 5 * 60 * 1000; // their points are 5 min and 2 h apart
-
-localiseTimes();
 
 // Charts ------------------------------------------------------------------------------------------
 // Okabe and Ito's palette: told apart with the common colour-vision deficiencies. Its black and its
@@ -38,9 +36,6 @@ const DISPLAY = {
 };
 const MIN_TEMP_SPAN_C = 20;
 const SPAN_S = { [LIVE_WINDOW]: LIVE_SPAN_S, "24h": 24 * 3600, "30d": 30 * 24 * 3600 };
-const CLOCK = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit" });
-const DAY = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric" });
-const MOMENT = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit" });
 
 let currentWindow = page.window;
 const charts = new Map(); // metric → {figure, data, plot}
@@ -104,7 +99,7 @@ function tooltip(metric) {
         const i = u.cursor.idx;
         if (!over || i === null || i === undefined) { tip.hidden = true; return; }
         const colours = palette();
-        tip.innerHTML = `<div class="when">${MOMENT.format(new Date(u.data[0][i] * 1000))}</div>` + page.gpus
+        tip.innerHTML = `<div class="when">${escapeHtml(formatWhen(new Date(u.data[0][i] * 1000)))}</div>` + page.gpus
           .map((index, s) => (u.series[s + 1].show
             ? `<div><span class="swatch" data-colour="${colours[s % colours.length]}"></span>GPU ${escapeHtml(index)} <b>${format(metric, u.data[s + 1][i])}</b></div>`
             : ""))
@@ -126,13 +121,14 @@ function makePlot(metric, figure, data) {
   const axis = { font, stroke: cssVar("--muted"), grid: { stroke: cssVar("--border"), width: 1 }, ticks: { stroke: cssVar("--border"), width: 1 } };
   const display = DISPLAY[metric];
   const options = {
+    ...chartTimeOptions(uPlot),
     ...chartSize(figure),
     legend: { show: false }, // one legend for all charts, above them
     cursor: { sync: { key: `node-${page.node}` }, points: { size: Math.round(px * 0.5) } },
     scales: { x: { time: true, range: windowRange }, y: { range: (_, low, high) => valueRange(display, low, high) } },
     axes: [
       { ...axis, size: Math.round(px * 2.2), space: px * 5,
-        values: (_, ticks) => ticks.map((t) => (SPAN_S[currentWindow] > 86400 ? DAY : CLOCK).format(new Date(t * 1000))) },
+        values: (_, ticks) => ticks.map((t) => formatTick(new Date(t * 1000), SPAN_S[currentWindow] > 86400)) },
       { ...axis, size: (u, values) => axisWidth(font, values) },
     ],
     series: [
@@ -242,13 +238,15 @@ function buildCharts() {
   }
 }
 
-window.addEventListener("themechange", () => {
+function remakeCharts() {
   renderLegend();
   for (const [metric, entry] of charts) {
     entry.plot.destroy();
     entry.plot = makePlot(metric, entry.figure, entry.data);
   }
-});
+}
+window.addEventListener("themechange", remakeCharts);
+window.addEventListener("timezonechange", remakeCharts); // ticks fall on other hours
 for (const button of document.querySelectorAll("[data-window]")) button.addEventListener("click", () => loadWindow(button.dataset.window));
 setInterval(() => { if (currentWindow !== LIVE_WINDOW && !document.hidden) loadWindow(currentWindow); }, REFRESH_LONG_WINDOWS_MS);
 
@@ -276,13 +274,18 @@ function liveTelemetry(state) {
   if (!seen.dateTime || new Date(seen.dateTime).getTime() < state.ts * 1000) showTime(seen, new Date(state.ts * 1000));
 }
 
+let shownLifecycle = page.lifecycle;
+
 function liveHeader(state) {
   const labels = page.labels;
-  const lifecycle = document.getElementById("node-lifecycle");
-  if (lifecycle.textContent !== labels.lifecycle[state.lifecycle]) {
+  if (state.lifecycle && state.lifecycle !== shownLifecycle) {
+    shownLifecycle = state.lifecycle;
+    const lifecycle = document.getElementById("node-lifecycle");
     lifecycle.className = `pill lc-${state.lifecycle}`;
     lifecycle.textContent = labels.lifecycle[state.lifecycle] ?? state.lifecycle;
     showAllowedActions(state.lifecycle);
+    for (const row of document.querySelectorAll("#active-failures tr[data-failure]")) showMoves(row);
+    refreshLifecycle();
   }
   const liveness = document.getElementById("node-liveness");
   liveness.className = `pill state-${state.liveness}`;
@@ -306,7 +309,30 @@ function showAllowedActions(lifecycle) {
   if (none) none.hidden = any;
 }
 
+// Since when, and the lifecycle history: the server's (includes/lifecycle_*.html), read again after
+// each change of state, whoever made it.
+let lifecycleReads = Promise.resolve();
+
+function refreshLifecycle() {
+  lifecycleReads = lifecycleReads.then(async () => {
+    const response = await fetch(`${location.pathname}?partial=lifecycle`, { credentials: "same-origin", headers: { Accept: "text/html" } });
+    if (!response.ok) throw new Error(`The server answered ${response.status}.`);
+    const holder = document.createElement("div");
+    holder.innerHTML = await response.text(); // the server's template, escaped there
+    localiseTimes(holder);
+    for (const id of ["lifecycle-since", "lifecycle-history"]) document.getElementById(id).replaceWith(holder.querySelector(`#${id}`));
+    document.body.dataset.lifecycleReads = Number(document.body.dataset.lifecycleReads ?? 0) + 1; // tests wait on it
+  }).catch((error) => toast(`Lifecycle history: ${error.message}`));
+}
+
 // Failures: rows as includes/node_failure_row.html writes them --------------------------------------
+/** The moves an open failure's row offers, for the node's state now. */
+function showMoves(row) {
+  row.querySelector(".failure-moves")?.remove();
+  if (row.dataset.state === "resolved") return;
+  row.querySelector("td.advice").insertAdjacentHTML("beforeend", movesHtml(page, row.dataset.move, shownLifecycle));
+}
+
 function when(iso) {
   return iso ? `<time datetime="${escapeHtml(iso)}">${escapeHtml(iso)}</time>` : "";
 }
@@ -322,6 +348,7 @@ function failureRow(f) {
   const tr = document.createElement("tr");
   tr.dataset.failure = f.id;
   tr.dataset.state = f.state;
+  tr.dataset.move = f.recommended_move ?? "";
   tr.classList.toggle("side-effect", f.is_side_effect);
   tr.innerHTML = `<td><span class="pill sev-${escapeHtml(f.severity)}">${escapeHtml(f.severity)}</span></td>
     <td><strong>${escapeHtml(f.title)}</strong>${f.is_side_effect ? ` <span class="sub">side effect of #${escapeHtml(f.cause)}</span>` : ""}${f.detail ? `<div class="sub">${escapeHtml(f.detail)}</div>` : ""}</td>
@@ -330,6 +357,7 @@ function failureRow(f) {
     <td class="num">${escapeHtml(f.count)}</td><td class="when">${when(f.first_seen)}</td><td class="when">${when(f.last_seen)}</td>
     <td><span class="pill fs-${escapeHtml(f.state)}">${state}</span>${by}</td>${actions}`;
   localiseTimes(tr);
+  showMoves(tr);
   return tr;
 }
 
@@ -369,7 +397,7 @@ if (canOperate && document.getElementById("action-dialog")) {
         reasonRequired: action.reason_required,
         hint: "The reason goes into the node's lifecycle history and the audit log.",
         confirmLabel: action.label,
-        danger: action.name !== "return_to_service",
+        danger: !["return_to_service", "start_burn_in"].includes(action.name),
         perform: async (reason) => {
           try {
             const node = await transition(page.node, action, reason);
@@ -385,9 +413,21 @@ if (canOperate && document.getElementById("action-dialog")) {
   }
 
   document.getElementById("failures").addEventListener("click", async (event) => {
-    const button = event.target.closest("button[data-ack], button[data-resolve]");
+    const button = event.target.closest("button[data-ack], button[data-resolve], button[data-node-action]");
     if (!button) return;
     const id = button.closest("tr").dataset.failure;
+    if (button.dataset.nodeAction) {
+      button.disabled = true;
+      try {
+        const node = await moveForFailure(id, button.dataset.nodeAction);
+        liveHeader({ ...live.nodes[page.node], lifecycle: node.lifecycle, liveness: node.liveness });
+        toast(`${page.hostname}: now ${page.labels.lifecycle[node.lifecycle].toLowerCase()}, for this failure.`, { ok: true });
+      } catch (error) {
+        button.disabled = false;
+        toast(error.message);
+      }
+      return;
+    }
     if ("ack" in button.dataset) {
       button.disabled = true;
       try {

@@ -269,7 +269,7 @@ async function runBulk(dialog, action) {
     reasonRequired: action.reason_required,
     hint: `Each node becomes ${action.target_label.toLowerCase()} if its current state allows it; the reason goes into its lifecycle history and the audit log.`,
     confirmLabel: `${action.label} ${count}`,
-    danger: action.name === "quarantine",
+    danger: ["quarantine", "drain", "retire"].includes(action.name),
     perform: async (reason, onDone) => (await runAll(rows, (row) => transition(row.id, action, reason), onDone)).map((result) => ({
       row: result.item,
       label: result.item.hostname,
