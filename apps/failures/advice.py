@@ -28,6 +28,7 @@ DRAIN_FOR: Final = frozenset(
         conditions.NVLINK_ERROR.code,
         conditions.PCIE_ERROR.code,
         conditions.PORT_DOWN.code,
+        conditions.POWER_BRAKE.code,  # "drain the node if it lasts"
         catalog.condition_code(63),  # reset at the next idle window
         catalog.condition_code(94),  # reset when idle to remap the row
         catalog.condition_code(123),  # reset when idle
