@@ -11,7 +11,7 @@ from agents.protocol import Events, GpuEvent, GpuSample, NodeSample, PortSample,
 from apps.core.metrics import Scrape, registry
 from apps.failures.events import record_events
 from apps.gateway.choices import CounterCode
-from apps.gateway.models import GatewayCounter
+from apps.gateway.models import GatewayCounter, NodeAgent
 from apps.inventory.models import Cluster, Gpu, Node, NodeType, Rack
 from apps.telemetry.events import store_events
 from apps.telemetry.models import GPU_METRIC_FIELDS, IngestProcess, LatestGpuSample
@@ -55,7 +55,7 @@ def every_counter_reported(device: str) -> PortSample:
 
 def busy_node(cluster: Cluster, node_type: NodeType, rack: Rack | None = None) -> Node:
     """A node with something in every family: fresh samples of 8 GPUs and 8 ports, an XID and the failure
-    it opened, a frame the gateway refused."""
+    it opened, a frame the gateway refused, an agent that lost samples."""
     node = factories.node(cluster, node_type)
     Node.objects.filter(pk=node.pk).update(rack=rack)
     Gpu.objects.filter(node=node).update(memory_mib=81_559)
@@ -69,6 +69,7 @@ def busy_node(cluster: Cluster, node_type: NodeType, rack: Rack | None = None) -
     store_events(node.pk, xid)
     record_events(node.pk, xid)
     GatewayCounter.add({(node.pk, CounterCode.INVALID): (1, "NaN in power_w")}, timezone.now())
+    NodeAgent.objects.create(node=node, buffered_samples=0, dropped_samples=2, buffer_reported_at=timezone.now())
     return node
 
 

@@ -27,6 +27,7 @@ NODE_FAMILIES = (
     "DCGM_FI_DEV_GPU_UTIL",
     "node_infiniband_port_data_received_bytes_total",
     "controlplane_gateway_refused_messages_total",
+    "controlplane_agent_dropped_samples_total",
 )
 
 

@@ -1,8 +1,9 @@
 """What the agent consumers of one server process note as they go, written in one batch a second.
 
 At 1,000 nodes a write per message (or even per node every few seconds) would be hundreds of
-UPDATEs a second. Instead the consumers note in memory which nodes they heard from and which
-protocol errors they answered, and one task per event loop writes all of it once a second and, in
+UPDATEs a second. Instead the consumers note in memory which nodes they heard from, which protocol
+errors they answered and what each agent said of its buffer (written only when it changed), and one
+task per event loop writes all of it once a second and, in
 the same trip, reads back which of the connected credentials were revoked, so that every message
 can be checked against a revocation list at most a second old without a query of its own.
 """
@@ -20,13 +21,14 @@ from django.utils import timezone
 
 from apps.core.process import DatabaseThread, ProcessPart
 from apps.gateway import liveness
-from apps.gateway.models import GatewayCounter, NodeCredential
+from apps.gateway.models import GatewayCounter, NodeAgent, NodeCredential
 
 logger = logging.getLogger(__name__)
 
 TICK_S: Final = liveness.LAST_SEEN_RESOLUTION_S
 
 ErrorKey = tuple[int | None, str]  # (node id, or None before a node is known; counter code)
+Buffer = tuple[int, int]  # what an agent said of its buffer: samples held, samples ever dropped
 
 # The write has a thread of its own, not the one thread that Channels runs every consumer's other
 # database calls of the process on: at 1,000 nodes it takes tens of milliseconds each second, and
@@ -38,6 +40,8 @@ class Bookkeeper:
     def __init__(self) -> None:
         self._heard: set[int] = set()
         self._errors: dict[ErrorKey, tuple[int, str]] = {}
+        self._buffers: dict[int, Buffer] = {}  # node -> what its agent said last, not yet written
+        self._written_buffers: dict[int, Buffer] = {}  # node -> what was written last
         self._connections: Counter[int] = Counter()  # live connections per credential id
         self._unusable: frozenset[int] = frozenset()
         self._task: asyncio.Task[None] | None = None
@@ -53,6 +57,15 @@ class Bookkeeper:
 
     def heard_from(self, node_id: int) -> None:
         self._heard.add(node_id)
+
+    def agent_buffer(self, node_id: int, buffered: int, dropped: int, *, hello: bool = False) -> None:
+        """What the node's agent said of its buffer (Hello, Heartbeat): written at the next tick if it
+        changed since this bookkeeper last wrote it, and always after a Hello (the node may have been on
+        another server process meanwhile)."""
+        if hello:
+            self._written_buffers.pop(node_id, None)
+        if self._written_buffers.get(node_id) != (buffered, dropped):
+            self._buffers[node_id] = (buffered, dropped)
 
     def count_error(self, node_id: int | None, code: str, message: str) -> None:
         count, _ = self._errors.get((node_id, code), (0, ""))
@@ -78,14 +91,19 @@ class Bookkeeper:
     async def flush(self) -> None:
         heard, self._heard = self._heard, set()
         errors, self._errors = self._errors, {}
+        buffers, self._buffers = self._buffers, {}
         try:
-            self._unusable = await bookkeeping_thread.run(_write)(heard, errors, set(self._connections), timezone.now())
+            self._unusable = await bookkeeping_thread.run(_write)(
+                heard, errors, buffers, set(self._connections), timezone.now()
+            )
         except BaseException:
             self._heard |= heard
+            self._buffers = buffers | self._buffers  # what an agent said since is newer
             for key, (count, message) in errors.items():
                 newer_count, newer_message = self._errors.get(key, (0, message))
                 self._errors[key] = (count + newer_count, newer_message)
             raise
+        self._written_buffers.update(buffers)
 
     async def close(self) -> None:
         """Stop ticking and write what is noted (the server is stopping)."""
@@ -97,10 +115,22 @@ class Bookkeeper:
 
 
 def _write(
-    heard: Set[int], errors: dict[ErrorKey, tuple[int, str]], credential_ids: Set[int], now: datetime
+    heard: Set[int],
+    errors: dict[ErrorKey, tuple[int, str]],
+    buffers: dict[int, Buffer],
+    credential_ids: Set[int],
+    now: datetime,
 ) -> frozenset[int]:
     liveness.record_heard(heard, now)
     GatewayCounter.add(errors, now)
+    NodeAgent.objects.bulk_update(
+        [
+            NodeAgent(node_id=node_id, buffered_samples=held, dropped_samples=dropped, buffer_reported_at=now)
+            for node_id, (held, dropped) in buffers.items()
+        ],
+        ["buffered_samples", "dropped_samples", "buffer_reported_at"],
+        batch_size=500,
+    )
     return NodeCredential.objects.unusable_among(credential_ids)
 
 

@@ -180,6 +180,10 @@ class AgentConsumer(AsyncWebsocketConsumer):
         match message:
             case protocol.Hello():
                 await self._hello(message)
+                if self.said_hello:
+                    bookkeeper().agent_buffer(
+                        self.node.pk, message.buffered_samples, message.dropped_samples, hello=True
+                    )
             case protocol.Inventory():
                 if message.host.hostname != self.node.hostname:
                     await self._refuse_impersonation(message.host.hostname, "inventory")
@@ -201,6 +205,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
                 await self._ack("events", stored)
             case protocol.Heartbeat():
                 bookkeeper().heard_from(self.node.pk)
+                bookkeeper().agent_buffer(self.node.pk, message.buffered_samples, message.dropped_samples)
                 if (offset := guards.lead(message, self.wall_clock())) > settings.AGENT_MAX_CLOCK_SKEW_S:
                     await self._clock_skewed(offset)
             case protocol.CommandStarted() | protocol.CommandUpdate() | protocol.CommandResult():

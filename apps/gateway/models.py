@@ -214,6 +214,13 @@ class NodeAgent(models.Model):
     connected_at = models.DateTimeField(null=True, blank=True, editable=False)
     disconnected_at = models.DateTimeField(null=True, blank=True, editable=False)
     remote_addr = models.GenericIPAddressField(null=True, blank=True, editable=False)
+    buffered_samples = models.PositiveBigIntegerField(
+        default=0, editable=False, help_text="Samples the agent held, not yet acknowledged, when it last said."
+    )
+    dropped_samples = models.PositiveBigIntegerField(
+        default=0, editable=False, help_text="Samples the agent lost from a full buffer, ever, when it last said."
+    )
+    buffer_reported_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["node__hostname"]
