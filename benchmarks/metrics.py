@@ -3,9 +3,9 @@
 A scratch PostgreSQL database gets 1,000 nodes x 8 GPUs in two clusters and racks of 4, the newest
 sample of every GPU with every field reported and of 8 ports a node with every counter (as the ingest
 keeps them, written server-side with ``generate_series``), an XID count on a GPU of every tenth node,
-an open failure on every twentieth, a gateway refusal on every fiftieth and two server processes'
-ingest totals. Then ``/metrics`` is fetched through the full Django stack with a viewer's API token,
-whole and limited to one cluster, and each collector is timed on its own.
+an open failure on every twentieth, a gateway refusal on every fiftieth, every agent's buffer and two
+server processes' ingest totals. Then ``/metrics`` is fetched through the full Django stack with a
+viewer's API token, whole and limited to one cluster, and each collector is timed on its own.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python benchmarks/metrics.py
         [--nodes 1000] [--requests 9] [--keep]
@@ -60,7 +60,7 @@ def fill(node_ids: list[int]) -> None:
 
     from apps.failures.choices import FailureKind, Severity
     from apps.failures.models import Failure
-    from apps.gateway.models import GatewayCounter
+    from apps.gateway.models import GatewayCounter, NodeAgent
     from apps.telemetry.models import GPU_METRIC_FIELDS, IngestProcess, LatestGpuSample, XidCount
 
     constant = {"FloatField": "1.5", "BooleanField": "false"}
@@ -109,6 +109,10 @@ def fill(node_ids: list[int]) -> None:
     )
     GatewayCounter.objects.bulk_create(
         GatewayCounter(node_id=node_id, code="invalid", count=3) for node_id in node_ids[::50]
+    )
+    NodeAgent.objects.bulk_create(
+        NodeAgent(node_id=node_id, buffered_samples=0, dropped_samples=node_id % 2, buffer_reported_at=now)
+        for node_id in node_ids
     )
     totals = dict.fromkeys(("messages", "gpu_samples", "port_samples", "duplicates", "failed_batches"), 1000)
     IngestProcess.objects.bulk_create(
