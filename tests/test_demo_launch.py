@@ -154,12 +154,15 @@ def test_it_serves_the_product_as_the_readme_says_and_stops_cleanly(running_demo
     def online_nodes() -> int:
         return json.loads(running_demo.get("/api/v1/nodes?liveness=online", token)[1])["count"]
 
-    def gpu_001_metrics() -> list[str]:
+    def gpu_001_metrics(name: str = "DCGM_FI_DEV_GPU_UTIL") -> list[str]:
         text = running_demo.get("/metrics", token)[1].decode()
-        return [line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{") and "gpu-001" in line]
+        return [line for line in text.splitlines() if line.startswith(f"{name}{{") and '"gpu-001"' in line]
 
     running_demo.wait_until(lambda: online_nodes() == demo.FLEET_NODES, FLEET_TIMEOUT_S, "the whole fleet online")
     running_demo.wait_until(lambda: len(gpu_001_metrics()) == 8, FLEET_TIMEOUT_S, "gpu-001's GPUs in /metrics")
+    ports = "node_infiniband_port_data_received_bytes_total"
+    running_demo.wait_until(lambda: gpu_001_metrics(ports), FLEET_TIMEOUT_S, "gpu-001's ports in /metrics")
+    assert len(gpu_001_metrics("controlplane_node_lifecycle")) == 6  # one gauge per lifecycle state
     credentials = running_demo.var_dir / demo.FLEET_CREDENTIALS_FILE
     assert stat.S_IMODE(credentials.stat().st_mode) == 0o600
     assert [node["hostname"] for node in json.loads(credentials.read_text())["nodes"]] == list(demo.FLEET_HOSTNAMES)
