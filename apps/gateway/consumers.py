@@ -25,7 +25,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 from channels.consumer import get_handler_name
@@ -39,12 +38,12 @@ from apps.accounts.audit import record
 from apps.core.clock import Clock, LoopClock
 from apps.core.process import DatabaseThread
 from apps.core.websockets import client_gone
-from apps.gateway import guards, liveness, sinks
+from apps.gateway import admission, guards, sinks
 from apps.gateway.bookkeeping import bookkeeper
 from apps.gateway.choices import CounterCode
 from apps.gateway.discovery import apply_inventory
 from apps.gateway.identity import IdentityConflict, record_conflict
-from apps.gateway.models import NodeAgent, NodeCredential
+from apps.gateway.models import NodeCredential
 from apps.gateway.push import agent_group
 from apps.inventory.models import Node
 
@@ -86,9 +85,10 @@ class AgentConsumer(AsyncWebsocketConsumer):
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Channels' dispatch less its ``aclose_old_connections`` before every message: that is a hop to
         the sync thread and back (a tenth of the server's CPU at 2,000 frames a second), and it guards
-        nothing here. This consumer touches the database only through ``database_sync_to_async``,
-        which closes old connections itself in the thread that holds them, and through the ingestor's
-        writer thread, which does the same before every batch."""
+        nothing here. This consumer touches the database only through ``database_sync_to_async`` (for
+        the connection's start and end batched with other agents': admission.py), which closes old
+        connections itself in the thread that holds them, and through the ingestor's writer thread,
+        which does the same before every batch."""
         handler = getattr(self, get_handler_name(message), None)
         if handler is None:
             raise ValueError(f"No handler for message type {message['type']}")
@@ -99,9 +99,14 @@ class AgentConsumer(AsyncWebsocketConsumer):
     async def connect(self) -> None:
         self.remote_addr = client_address(self.scope)
         presented = bearer_token(self.scope)
-        credential = await database_sync_to_async(_authenticate)(presented, self.remote_addr) if presented else None
+        credential = await admission.authenticate((presented, self.remote_addr)) if presented else None
         # Accept first: a refusal before the handshake reaches the agent as a bare HTTP 403, with no close code.
-        await self.accept()
+        try:
+            await self.accept()
+        except (OSError, RuntimeError) as exc:  # the agent gave up before its turn came: nothing to clean up
+            if not client_gone(exc):
+                raise
+            return
         if credential is None:
             reason = "missing credential" if presented is None else "invalid or revoked credential"
             bookkeeper().count_error(None, CounterCode.UNAUTHORIZED, f"{reason} from {self.remote_addr}")
@@ -137,7 +142,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
             await self.channel_layer.group_discard(agent_group(self.node.pk), self.channel_name)
         finally:
             if self.said_hello:
-                await database_sync_to_async(_record_disconnect)(self.node.pk, self.connected_at)
+                await admission.record_disconnect((self.node.pk, self.connected_at))
 
     async def _close(self, code: protocol.CloseCode, reason: str) -> None:
         self.closing = True
@@ -232,11 +237,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
             await self._refuse_impersonation(hello.hostname, "hello")
             return
         self.connected_at = timezone.now()
-        telemetry_seq, events_seq = await database_sync_to_async(_welcome)(
-            self.node, hello, self.remote_addr, self.connected_at
-        )
+        welcomed = await admission.welcome(admission.Arrival(self.node, hello, self.remote_addr, self.connected_at))
         self.said_hello = True
-        self.stored: dict[protocol.Stream, int] = {"telemetry": telemetry_seq, "events": events_seq}
+        self.stored: dict[protocol.Stream, int] = {"telemetry": welcomed.telemetry_seq, "events": welcomed.events_seq}
         sinks.forget_stored_seq(self.node.pk)  # an admin may have reset the node's seqs since it was last here
         # One socket per node: a reconnecting agent's half-dead earlier socket (or a second agent
         # with a copied credential) is closed, so two streams never interleave one node's seqs.
@@ -249,11 +252,11 @@ class AgentConsumer(AsyncWebsocketConsumer):
                 node_id=self.node.pk,
                 hostname=self.node.hostname,
                 telemetry_interval_s=settings.AGENT_TELEMETRY_INTERVAL_S,
-                last_telemetry_seq=telemetry_seq,
-                last_events_seq=events_seq,
+                last_telemetry_seq=welcomed.telemetry_seq,
+                last_events_seq=welcomed.events_seq,
             )
         )
-        for frame in await database_sync_to_async(sinks.commands_on_connect)(self.node.pk):
+        for frame in welcomed.commands:
             await self._send_frame(frame.decode(), "command")
 
     # Refusals ----------------------------------------------------------------------------------
@@ -348,30 +351,3 @@ class AgentConsumer(AsyncWebsocketConsumer):
     async def credential_revoked(self, event: dict[str, Any]) -> None:
         if self.credential is not None and event["credential_id"] == self.credential.pk and not self.closing:
             await self._refuse_revoked()
-
-
-def _authenticate(presented: str, remote_addr: str | None) -> NodeCredential | None:
-    credential = NodeCredential.authenticate(presented)
-    if credential is not None:
-        credential.record_connection(remote_addr)
-    return credential
-
-
-def _welcome(node: Node, hello: protocol.Hello, remote_addr: str | None, now: datetime) -> tuple[int, int]:
-    liveness.record_heard([node.pk], now)
-    NodeAgent.objects.update_or_create(
-        node=node,
-        defaults={
-            "agent_version": hello.agent_version,
-            "protocol": hello.protocol,
-            "simulated": hello.simulated,
-            "connected_at": now,
-            "remote_addr": remote_addr,
-        },
-    )
-    return sinks.stored_cursors(node.pk)
-
-
-def _record_disconnect(node_id: int, connected_at: datetime) -> None:
-    # Only this connection's own record: a newer connection of the node may already be up.
-    NodeAgent.objects.filter(node_id=node_id, connected_at__lte=connected_at).update(disconnected_at=timezone.now())

@@ -6,7 +6,7 @@ digest, and found by a short key id kept in clear (``cpe_<key id>_<secret>`` for
 token, ``cpn_<key id>_<secret>`` for a node credential).
 """
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Final
 
@@ -179,12 +179,27 @@ class NodeCredential(models.Model):
 
     @classmethod
     def authenticate(cls, presented: str) -> "NodeCredential | None":
-        parts = split_presented(presented, CREDENTIAL_PREFIX)
-        if parts is None:
-            return None
-        key_id, secret = parts
-        credential = cls.objects.usable().select_related("node").filter(key_id=key_id).first()
-        return credential if secret_matches(credential.secret_hash if credential else None, secret) else None
+        return cls.authenticate_many([presented])[0]
+
+    @classmethod
+    def authenticate_many(cls, presented: Sequence[str]) -> list["NodeCredential | None"]:
+        """The usable credential (with its node) each presented secret belongs to, or None; one query for all."""
+        parts = [split_presented(secret, CREDENTIAL_PREFIX) for secret in presented]
+        key_ids = {part[0] for part in parts if part is not None}
+        found = (
+            {
+                credential.key_id: credential
+                for credential in cls.objects.usable().select_related("node").filter(key_id__in=key_ids)
+            }
+            if key_ids
+            else {}
+        )
+        matched: list[NodeCredential | None] = []
+        for part in parts:
+            credential = found.get(part[0]) if part is not None else None
+            digest = credential.secret_hash if credential is not None else None
+            matched.append(credential if part is not None and secret_matches(digest, part[1]) else None)
+        return matched
 
     @property
     def is_usable(self) -> bool:
@@ -194,9 +209,13 @@ class NodeCredential(models.Model):
         """Revoke the credential; False if it was revoked already."""
         return _revoke(self)
 
-    def record_connection(self, ip: str | None) -> None:
-        self.last_seen_at, self.last_ip = timezone.now(), ip
-        NodeCredential.objects.filter(pk=self.pk).update(last_seen_at=self.last_seen_at, last_ip=ip)
+    @classmethod
+    def record_connections(cls, connected: Sequence[tuple["NodeCredential", str | None]]) -> None:
+        """Note when and from where each of these credentials connected: one UPDATE for all of them."""
+        now = timezone.now()
+        for credential, ip in connected:
+            credential.last_seen_at, credential.last_ip = now, ip
+        cls.objects.bulk_update([credential for credential, _ in connected], ["last_seen_at", "last_ip"])
 
 
 class NodeAgent(models.Model):

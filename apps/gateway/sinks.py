@@ -8,6 +8,7 @@ purpose replaces one of them with a fault injector.
 """
 
 import logging
+from collections.abc import Sequence
 from datetime import datetime
 
 from django.db import transaction
@@ -67,10 +68,10 @@ def forget_stored_seq(node_id: int) -> None:
     ingestor.forget(node_id)
 
 
-def stored_cursors(node_id: int) -> tuple[int, int]:
-    """The highest telemetry and events seq stored for the node, for the Welcome (0, 0 when none)."""
-    cursor = TelemetryCursor.objects.filter(node_id=node_id).values_list("telemetry_seq", "events_seq").first()
-    return cursor or (0, 0)
+def stored_cursors_of(node_ids: Sequence[int]) -> dict[int, tuple[int, int]]:
+    """The highest telemetry and events seq stored for each of the nodes that has any, for their Welcomes."""
+    rows = TelemetryCursor.objects.filter(node_id__in=node_ids).values_list("node_id", "telemetry_seq", "events_seq")
+    return {node_id: (telemetry_seq, events_seq) for node_id, telemetry_seq, events_seq in rows}
 
 
 CommandReport = protocol.CommandStarted | protocol.CommandUpdate | protocol.CommandResult
@@ -91,9 +92,9 @@ def store_command_report(node_id: int, message: CommandReport) -> None:
         raise protocol.ProtocolError("invalid", str(exc), key=message.key) from exc
 
 
-def commands_on_connect(node_id: int) -> list[bytes]:
-    """The commands and cancels a node's agent is sent after its Welcome (apps/jobs decides which)."""
-    return commands.frames_on_connect(node_id, timezone.now())
+def commands_on_connect(node_ids: Sequence[int]) -> dict[int, list[bytes]]:
+    """The commands and cancels each node's agent is sent after its Welcome (apps/jobs decides which)."""
+    return commands.frames_on_connect_of(node_ids, timezone.now())
 
 
 def node_unreachable(node: Node) -> None:

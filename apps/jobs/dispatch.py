@@ -139,21 +139,30 @@ def frames_on_connect(node_id: int, now: datetime) -> list[bytes]:
     """Everything a node's agent should have, for the gateway to send after the Welcome: the commands
     it was sent and may not have (it answers each with what it has), and cancels it has not answered.
     Commands waiting for the node are advanced by a task. One query when there is nothing."""
-    commands = list(
-        Command.objects.filter(node_id=node_id)
+    return frames_on_connect_of([node_id], now)[node_id]
+
+
+def frames_on_connect_of(node_ids: Sequence[int], now: datetime) -> dict[int, list[bytes]]:
+    """``frames_on_connect`` for many nodes whose agents connected together: one query when there is nothing."""
+    commands = (
+        Command.objects.filter(node_id__in=node_ids)
         .filter(Q(state__in=COMMAND_OPEN) | Q(stop_requested_at__isnull=False))
-        .order_by("run_id", "sequence")
+        .order_by("node_id", "run_id", "sequence")
     )
-    frames = [
-        protocol.encode(command.cancel_message() if command.stop_requested_at else command.message())
-        for command in commands
-        if command.state != CommandState.PENDING
-    ]
-    if frames:
-        resent = [command.pk for command in commands if command.state != CommandState.PENDING]
+    frames: dict[int, list[bytes]] = {node_id: [] for node_id in node_ids}
+    resent, waiting = [], set()
+    for command in commands:
+        if command.state == CommandState.PENDING:
+            waiting.add(command.node_id)
+            continue
+        frames[command.node_id].append(
+            protocol.encode(command.cancel_message() if command.stop_requested_at else command.message())
+        )
+        resent.append(command.pk)
+    if resent:
         Command.objects.filter(pk__in=resent).update(sent_at=now)
         Command.objects.filter(pk__in=resent, state=CommandState.SENT).update(attempts=F("attempts") + 1)
-    if any(command.state == CommandState.PENDING for command in commands):
+    for node_id in sorted(waiting):
         queue.advance_node(node_id)
     return frames
 
