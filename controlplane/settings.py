@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "apps.failures",
     "apps.telemetry",
     "apps.jobs",
+    "apps.burnin",
     "apps.dashboard",
     "apps.gateway",
     "controlplane",  # the project's own management commands: seed_demo, which make demo runs
@@ -175,6 +176,14 @@ if AGENT_UNREACHABLE_AFTER_S - AGENT_LIVENESS_SWEEP_S < 4:
 JOBS_ACK_TIMEOUT_S = env_int("JOBS_ACK_TIMEOUT_S", 10, minimum=1)
 JOBS_SWEEP_S = env_int("JOBS_SWEEP_S", 5, minimum=1)
 
+# Burn-ins (apps/burnin, docs/burn-in.md): automation quarantines at most QUARANTINE_BREAKER_PERCENT of a
+# cluster's nodes within QUARANTINE_BREAKER_WINDOW_S before its circuit breaker opens and a person decides;
+# BURNIN_ON_ENROLLMENT names the suite a new node runs when its agent first comes online (empty: none).
+QUARANTINE_BREAKER_PERCENT = env_int("QUARANTINE_BREAKER_PERCENT", 10, minimum=1)
+QUARANTINE_BREAKER_WINDOW_S = env_int("QUARANTINE_BREAKER_WINDOW_S", 86400, minimum=60)
+BURNIN_ON_ENROLLMENT = env_str("BURNIN_ON_ENROLLMENT", "")
+BURNIN_SWEEP_S = env_int("BURNIN_SWEEP_S", 30, minimum=5)
+
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     # Every Redis key and channel of the broker starts with this, so that installations can share one
@@ -203,6 +212,7 @@ CELERY_TASK_ROUTES = {
     "apps.telemetry.tasks.*": {"queue": "telemetry"},
     "apps.gateway.tasks.*": {"queue": "gateway"},
     "apps.jobs.tasks.*": {"queue": "jobs"},
+    "apps.burnin.tasks.*": {"queue": "jobs"},
 }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -223,6 +233,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "apps.jobs.tasks.sweep",
         "schedule": JOBS_SWEEP_S,
         "options": {"expires": JOBS_SWEEP_S},
+    },
+    "burnin-sweep": {
+        "task": "apps.burnin.tasks.sweep",
+        "schedule": BURNIN_SWEEP_S,
+        "options": {"expires": BURNIN_SWEEP_S},
     },
     "purge-audit-log": {"task": "apps.accounts.tasks.purge_audit_log", "schedule": crontab(hour=3, minute=17)},
     "accounts-forget-stale-throttles": {
@@ -300,6 +315,8 @@ SPECTACULAR_SETTINGS = {
         "CommandStateEnum": "apps.jobs.choices.CommandState",
         "CommandOutcomeEnum": "apps.jobs.choices.CommandOutcome",
         "CheckEnum": "apps.jobs.choices.CHECK_CHOICES",
+        "BurnInNodeStateEnum": "apps.burnin.choices.NodeState",
+        "BurnInOutcomeEnum": "apps.burnin.choices.Outcome",
     },
 }
 

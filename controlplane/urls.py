@@ -16,6 +16,7 @@ api_v1 = [
     path("", include("apps.telemetry.api.urls")),
     path("", include("apps.gateway.api.urls")),
     path("", include("apps.jobs.api.urls")),
+    path("", include("apps.burnin.api.urls")),
 ]
 
 urlpatterns = [

@@ -11,6 +11,8 @@ from drf_spectacular.generators import EndpointEnumerator
 from apps.accounts.audit import record
 from apps.accounts.models import ApiToken, User
 from apps.accounts.roles import Role
+from apps.burnin.models import BurnInCheck, Suite
+from apps.burnin.starting import start_burn_in
 from apps.failures.events import node_unreachable
 from apps.failures.models import StragglerFlag
 from apps.gateway.models import DiscoveryChange, EnrollmentToken, GatewayCounter, NodeAgent, NodeCredential
@@ -53,6 +55,11 @@ def build_world() -> None:
     GatewayCounter.objects.create(node=node, code="malformed", count=1)
     now = timezone.now()
     Run.objects.launch(nodes=[node], steps=[Step("health")], deadline=now + timedelta(hours=1), actor="test")
+    fresh = factories.node(cluster, node_type, lifecycle="new")
+    burn_in = start_burn_in([fresh], Suite.objects.get(name="quick"), actor="test", deadline=now + timedelta(hours=1))
+    BurnInCheck.objects.create(
+        burn_in_node=burn_in.nodes.get(), command=burn_in.run.commands.first(), sequence=0, check_name="health"
+    )
     StragglerFlag.objects.create(
         node=node,
         gpu_index=1,

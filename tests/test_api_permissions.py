@@ -120,6 +120,18 @@ REQUIRED_ROLE: dict[str, dict[str, str]] = {
     "/api/v1/runs/{id}/logs": {"GET": VIEWER},
     **read_only("/api/v1/commands"),
     "/api/v1/commands/{id}/cancel": {"POST": OPERATOR},
+    # Burn-ins: viewers read, operators start them and close a quarantine breaker; suites, thresholds
+    # and a breaker's share and window: admins
+    "/api/v1/burn-ins": {"GET": VIEWER, "POST": OPERATOR},
+    "/api/v1/burn-ins/{id}": {"GET": VIEWER},
+    **read_only("/api/v1/burn-in-nodes"),
+    **read_only("/api/v1/burn-in-checks"),
+    **collection_and_item("/api/v1/burn-in-suites"),
+    "/api/v1/burn-in-thresholds": {"GET": VIEWER, "POST": ADMIN},
+    "/api/v1/burn-in-thresholds/{id}": {"GET": VIEWER},
+    "/api/v1/quarantine-breakers": {"GET": VIEWER},
+    "/api/v1/quarantine-breakers/{id}": {"GET": VIEWER, "PATCH": ADMIN},
+    "/api/v1/quarantine-breakers/{id}/close": {"POST": OPERATOR},
 }
 
 

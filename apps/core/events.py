@@ -37,6 +37,9 @@ An event is a frozen dataclass here: ids and the few facts a subscriber needs to
 cares, not rows (a subscriber reads the committed state). Runs and commands (apps/jobs) announce
 ``RunChanged`` and ``CommandChanged`` (a command's state, progress or a log line) for the dashboard's
 progress bars and a run's log to follow, and ``CommandsDispatched``, the frames the gateway carries.
+Burn-ins (apps/burnin) announce ``QuarantineBreakerChanged`` when a cluster's quarantine breaker
+opens or closes; they listen to ``CommandChanged`` (to judge a node whose steps are over) and to
+``NodeChanged`` (to burn in a new node when its agent first comes online).
 
 This module imports no app: every layer above it may announce and subscribe.
 """
@@ -147,6 +150,18 @@ class CommandsDispatched(DomainEvent):
 
     def __repr__(self) -> str:
         return f"CommandsDispatched({len(self.frames)} frames)"
+
+
+BreakerChange = Literal["opened", "closed"]
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineBreakerChanged(DomainEvent):
+    """A cluster's automatic-quarantine circuit breaker opened (automation stopped quarantining: a
+    critical alert, until a person decides) or a person closed it (apps/burnin/breaker.py)."""
+
+    cluster_id: int
+    change: BreakerChange
 
 
 # Delivery -------------------------------------------------------------------------------------

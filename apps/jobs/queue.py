@@ -8,6 +8,7 @@ launched a run, or a gateway consumer that stored a result, never fails for want
 import logging
 from functools import partial
 
+from celery import Task
 from django.conf import settings
 from django.db import transaction
 from kombu.exceptions import KombuError
@@ -35,14 +36,20 @@ def _after_commit(task_name: str, *args: int) -> None:
 def _send(task_name: str, args: tuple[int, ...]) -> None:
     from apps.jobs import tasks  # the tasks import the modules that queue them
 
+    send(getattr(tasks, task_name), args)
+
+
+def send(task: Task, args: tuple[int, ...]) -> None:
+    """Queue ``task`` now, or log and leave it to a sweep when the broker is away (the apps built on
+    runs, apps/burnin, queue theirs through here too)."""
     try:
         # retry=False: a broker that is down answers at once, rather than after kombu's retries hold
         # up the caller (a gateway consumer's database thread, an API request).
-        getattr(tasks, task_name).apply_async(args, retry=False)
+        task.apply_async(args, retry=False)
     except (KombuError, RedisError, OSError) as exc:
         logger.warning(
-            "Could not queue jobs task %s%r (%s); the jobs sweep does its work within %s s",
-            task_name,
+            "Could not queue task %s%r (%s); the jobs sweep does its work within %s s (a burn-in's, its own sweep)",
+            task.name,
             args,
             exc,
             settings.JOBS_SWEEP_S,

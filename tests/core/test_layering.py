@@ -15,6 +15,7 @@ LAYERS: list[set[str]] = [
     {"inventory"},
     {"telemetry", "costs"},
     {"failures", "jobs"},
+    {"burnin"},
     {"gateway"},
     {"dashboard"},
 ]
