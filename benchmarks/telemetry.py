@@ -3,7 +3,7 @@ real WebSocket client) against the control plane (uvicorn) on PostgreSQL and Red
 
 1. Steady state: N nodes × 8 GPUs at 1 sample/s for ``--seconds``. Ingest rate (GPU rows stored per
    second once every node is connected), GPU samples sent (the simulator's own count of node samples
-   taken and not left unacknowledged, × 8) against GPU samples stored (``GpuSample`` rows), and the
+   taken and not left unacknowledged, × 8) against GPU samples stored (in ``NodeGpuSample`` rows), and the
    latency from a sample's timestamp on the agent (``ts`` of a ``ws/live`` delta) to its arrival in
    browser WebSockets: several node-detail pages, each watching one node (the headline figure), and
    one page holding several node streams. A client gets at most one delta a second for everything it
@@ -166,9 +166,10 @@ def start_server(port: int, workers: int, env: dict[str, str]) -> subprocess.Pop
 
 
 def stored_rows() -> int:
-    from apps.telemetry.models import GpuSample
+    """GPU samples stored (each node row holds its GPUs' samples)."""
+    from apps.telemetry.models import NodeGpuSample
 
-    return GpuSample.objects.count()
+    return NodeGpuSample.objects.item_count()
 
 
 # The fleet -----------------------------------------------------------------------------------------

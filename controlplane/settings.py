@@ -262,6 +262,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "apps.telemetry.tasks.apply_retention",
         "schedule": 600.0,
     },
+    "telemetry-partitions": {
+        "task": "apps.telemetry.tasks.create_partitions",
+        "schedule": 3600.0,
+    },
 }
 CELERY_TIMEZONE = TIME_ZONE
 

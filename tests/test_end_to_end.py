@@ -21,7 +21,7 @@ from apps.gateway.liveness import mark_unreachable, silence_limit
 from apps.gateway.models import NodeCredential
 from apps.inventory.choices import Liveness
 from apps.inventory.models import Node
-from apps.telemetry.models import GpuSample
+from apps.telemetry.models import NodeGpuSample
 from tests import factories
 from tests.dashboard.conftest import (  # noqa: F401  (fixtures)
     LiveServer,
@@ -94,7 +94,8 @@ def test_simulated_nodes_are_stored_streamed_alarmed_and_missed(nodes, open_brow
     # Samples are stored within seconds, 8 GPUs per sample, and the nodes come online.
     for node in by_hostname.values():
         eventually(
-            lambda node=node: GpuSample.objects.filter(node=node).count() >= 16, what=f"samples of {node.hostname}"
+            lambda node=node: NodeGpuSample.objects.filter(node=node).item_count() >= 16,
+            what=f"samples of {node.hostname}",
         )
     online = Node.objects.filter(pk__in=[node.pk for node in by_hostname.values()], liveness=Liveness.ONLINE)
     assert online.count() == len(HOSTNAMES)

@@ -7,7 +7,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from apps.telemetry.ingest import ingestor
-from apps.telemetry.models import GpuSample
+from apps.telemetry.models import NodeGpuSample
 from controlplane.lifespan import lifespan
 from tests import factories
 from tests.telemetry.conftest import telemetry
@@ -40,5 +40,5 @@ async def test_stopping_the_server_writes_the_telemetry_waiting_for_its_batch(se
     assert await server.say("lifespan.shutdown") == "lifespan.shutdown.complete"
 
     assert await asyncio.wait_for(ack, 10) == 3
-    assert await sync_to_async(GpuSample.objects.filter(node=node).count)() == 8
+    assert await sync_to_async(NodeGpuSample.objects.filter(node=node).item_count)() == 8
     await app

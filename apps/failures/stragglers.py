@@ -32,8 +32,7 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from django.apps import apps
-from django.db import IntegrityError, connection, transaction
-from django.db.models import Aggregate, Count, FloatField
+from django.db import IntegrityError, transaction
 
 from apps.accounts.audit import record
 from apps.failures import conditions
@@ -211,42 +210,17 @@ def judge_fleet(
 # Reading the window from telemetry ------------------------------------------------------------
 
 
-class Median(Aggregate):
-    """PostgreSQL's exact median; NULLs (a metric the GPU does not report) are ignored."""
-
-    function = "PERCENTILE_CONT"
-    template = "%(function)s(0.5) WITHIN GROUP (ORDER BY %(expressions)s)"
-    output_field = FloatField()
-
-
 def load_windows(since: datetime, until: datetime, policy: Policy = DEFAULT_POLICY) -> dict[int, dict[int, GpuWindow]]:
-    """Every GPU's window from the raw telemetry table (``apps.telemetry``), by node and GPU index.
-
-    On PostgreSQL the database computes the medians (8,000 rows back instead of 2.4 million at the
-    1,000-node scale); elsewhere (the SQLite demo) the rows are read and summarised here.
-    """
+    """Every GPU's window from the raw telemetry samples (``apps.telemetry.queries.gpu_series``), by node
+    and GPU index, summarised here (the packed samples are unpacked in Python on either database)."""
     if not apps.is_installed("apps.telemetry"):
         logger.warning("apps.telemetry is not installed: no telemetry to look for stragglers in.")
         return {}
-    from apps.telemetry.models import GpuSample
+    from apps.telemetry.queries import gpu_series
 
-    metrics = [rule.metric.value for rule in policy.rules]
-    rows = GpuSample.objects.filter(ts__gte=since, ts__lt=until)
     fleet: dict[int, dict[int, GpuWindow]] = defaultdict(dict)
-    if connection.vendor == "postgresql":
-        medians = rows.values("node_id", "gpu_index").annotate(
-            samples=Count("*"), **{f"median_{m}": Median(m) for m in metrics}
-        )
-        for row in medians:
-            present = {m: row[f"median_{m}"] for m in metrics if row[f"median_{m}"] is not None}
-            fleet[row["node_id"]][row["gpu_index"]] = GpuWindow(samples=row["samples"], medians=present)
-        return dict(fleet)
-    series: dict[tuple[int, int], dict[str, list[float | None]]] = defaultdict(lambda: {m: [] for m in metrics})
-    for node_id, gpu_index, *values in rows.values_list("node_id", "gpu_index", *metrics).iterator(chunk_size=10_000):
-        for metric, value in zip(metrics, values, strict=True):
-            series[node_id, gpu_index][metric].append(value)
-    for (node_id, gpu_index), gpu_series in series.items():
-        fleet[node_id][gpu_index] = summarise(gpu_series)
+    for (node_id, gpu_index), series in gpu_series(since, until, [rule.metric.value for rule in policy.rules]).items():
+        fleet[node_id][gpu_index] = summarise(series)
     return dict(fleet)
 
 

@@ -1,18 +1,31 @@
-"""Chart queries: one node's GPUs over the last 15 minutes, 24 hours or 30 days.
+"""Chart queries: one node's GPUs over the last 15 minutes, 24 hours or 30 days; the fleet's last hour;
+and the raw series of a window, for the straggler search.
 
 Each window reads the coarsest table that still has the detail it shows (raw samples, minute
-rollups, hourly rollups) through the (node, time) index, and merges the rows into at most ~360
-points per GPU: min of mins, max of maxes, and means weighted by sample count, so a point says
-exactly what the samples under it said.
+rollups, hourly rollups) through its (node, time) index: one row per node and sample or bucket, about
+900, 1,440 or 720 rows whatever the node's GPU count. Only the fields charted are unpacked, in their
+stored integers, and merged into at most ~360 points per GPU: min of mins, max of maxes, and means
+from sums and counts, so a point says exactly what the samples under it said.
 """
 
+from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import BigIntegerField, Case, Count, F, FloatField, Func, Max, Min, Model, Sum, When
+from django.db.models import Model, Sum
 
-from apps.telemetry.models import ROLLUP_METRICS, GpuHourRollup, GpuMinuteRollup, GpuSample
+from apps.telemetry.models import (
+    GPU_PACKING,
+    ROLLUP_METRICS,
+    ROLLUP_PACKING,
+    ROLLUP_STATS,
+    NodeGpuSample,
+    NodeHourRollup,
+    NodeMinuteRollup,
+)
+from apps.telemetry.packing import Field
 
 
 @dataclass(frozen=True)
@@ -24,86 +37,90 @@ class Window:
 
     @property
     def source_name(self) -> str:
-        return {GpuSample: "raw", GpuMinuteRollup: "minute", GpuHourRollup: "hour"}[self.source]
+        return {NodeGpuSample: "raw", NodeMinuteRollup: "minute", NodeHourRollup: "hour"}[self.source]
 
 
 WINDOWS: dict[str, Window] = {
     w.name: w
     for w in (
-        Window("15m", timedelta(minutes=15), GpuSample, timedelta(seconds=3)),  # 300 points from 1 s samples
-        Window("24h", timedelta(hours=24), GpuMinuteRollup, timedelta(minutes=5)),  # 288 points
-        Window("30d", timedelta(days=30), GpuHourRollup, timedelta(hours=2)),  # 360 points
+        Window("15m", timedelta(minutes=15), NodeGpuSample, timedelta(seconds=3)),  # 300 points from 1 s samples
+        Window("24h", timedelta(hours=24), NodeMinuteRollup, timedelta(minutes=5)),  # 288 points
+        Window("30d", timedelta(days=30), NodeHourRollup, timedelta(hours=2)),  # 360 points
     )
 }
 METRICS = ROLLUP_METRICS
+_INDEX = GPU_PACKING.position("index")
 
 
-class EpochBucket(Func):
-    """Start of the ``step``-second interval holding a timestamp, in whole Unix seconds."""
+def metric_field(metric: str) -> Field:
+    """How ``metric`` is stored: the raw field whose steps a rollup's minimums, sums and maximums are in."""
+    return GPU_PACKING.fields[GPU_PACKING.position(metric)]
 
-    output_field = BigIntegerField()
 
-    def __init__(self, expression: str, step: int) -> None:
-        super().__init__(expression)
-        self.step = int(step)
+def in_units(field: Field, stored: float) -> float:
+    """A stored value (or a mean of them) back in the metric's units."""
+    return (stored + field.offset) / field.steps
 
-    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
-        sql, params = compiler.compile(self.source_expressions[0])
-        # date_part (double precision) is several times cheaper than EXTRACT (numeric); whole
-        # seconds, then integer division, keep the bucket edges exact.
-        return f"(floor(date_part('epoch', {sql}))::bigint / {self.step} * {self.step})", params
 
-    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
-        # Django stores UTC text; julianday is exact to well under a millisecond, so rounding to
-        # whole milliseconds before the integer division gives the exact second.
-        sql, params = compiler.compile(self.source_expressions[0])
-        millis = f"CAST(ROUND((julianday({sql}) - 2440587.5) * 86400000) AS INTEGER)"
-        return f"({millis} / 1000 / {self.step} * {self.step})", params
+class _Points:
+    """Per GPU and point: [min, sum, count, max] of stored values, merged as rows come."""
+
+    def __init__(self) -> None:
+        self.points: dict[int, dict[int, list[int]]] = defaultdict(dict)
+
+    def add(self, gpu: int, t: int, low: int, total: int, count: int, high: int) -> None:
+        point = self.points[gpu].get(t)
+        if point is None:
+            self.points[gpu][t] = [low, total, count, high]
+            return
+        point[0] = min(point[0], low)
+        point[1] += total
+        point[2] += count
+        point[3] = max(point[3], high)
+
+    def series(self, field: Field) -> list[dict[str, Any]]:
+        return [
+            {
+                "index": gpu,
+                "points": [
+                    [t, in_units(field, low), in_units(field, total / count), in_units(field, high)]
+                    for t, (low, total, count, high) in sorted(self.points[gpu].items())
+                ],
+            }
+            for gpu in sorted(self.points)
+        ]
 
 
 def node_series(node_id: int, window: Window, metric: str, *, now: datetime) -> dict[str, Any]:
     """``{"start", "end", "step_s", "gpus": [{"index", "points": [[t, min, mean, max], ...]}]}``,
-    ``t`` in Unix seconds at the start of each point's interval; GPUs without data are left out.
-
-    The database does the merging (one indexed range scan, grouped), so only the points cross the
-    wire: about 2,400 rows for 8 GPUs whatever the window.
-    """
+    ``t`` in Unix seconds at the start of each point's interval; GPUs without data are left out."""
     if metric not in METRICS:
         raise ValueError(f"Unknown metric {metric!r}")
     start, step = now - window.span, int(window.step.total_seconds())
-    if window.source is GpuSample:
-        rows = GpuSample.objects.filter(node_id=node_id, ts__gte=start, ts__lte=now, **{f"{metric}__isnull": False})
-        time_column, merged = "ts", {"low": Min(metric), "high": Max(metric), "total": Sum(metric), "n": Count(metric)}
+    points = _Points()
+    if window.source is NodeGpuSample:
+        rows = NodeGpuSample.objects.filter(node_id=node_id, ts__gte=start, ts__lte=now).values_list("ts", "gpus")
+        position = GPU_PACKING.position(metric)
+        for ts, packed in rows.order_by():
+            _, (indices, values) = GPU_PACKING.columns(packed, (_INDEX, position), stored=True)
+            if values is None:
+                continue
+            t = int(ts.timestamp()) // step * step
+            for gpu, value in zip(indices, values, strict=True):
+                if value is not None:
+                    points.add(gpu, t, value, value, 1, value)
     else:
-        mean = f"{metric}_mean"
-        rows = window.source.objects.filter(
-            node_id=node_id, bucket__gte=start, bucket__lte=now, **{f"{mean}__isnull": False}
-        )
-        time_column, merged = (
-            "bucket",
-            {
-                "low": Min(f"{metric}_min"),
-                "high": Max(f"{metric}_max"),
-                "total": Sum(F(mean) * F("sample_count"), output_field=FloatField()),
-                "n": Sum("sample_count"),
-            },
-        )
-    points = (
-        rows.annotate(t=EpochBucket(time_column, step))
-        .values("gpu_index", "t")
-        .annotate(**merged)
-        .order_by("gpu_index", "t")
-        .values_list("gpu_index", "t", "low", "total", "n", "high")
-    )
-    series: dict[int, list[list[float]]] = {}
-    for gpu, t, low, total, n, high in points:
-        series.setdefault(gpu, []).append([t, low, total / n, high])
-    return {
-        "start": start,
-        "end": now,
-        "step_s": step,
-        "gpus": [{"index": gpu, "points": series[gpu]} for gpu in sorted(series)],
-    }
+        rows = window.source.objects.filter(node_id=node_id, bucket__gte=start, bucket__lte=now)
+        wanted = [ROLLUP_PACKING.position(name) for name in ("index", *(f"{metric}_{s}" for s in ROLLUP_STATS))]
+        for bucket, packed in rows.values_list("bucket", "gpus").order_by():
+            _, (indices, counts, lows, totals, highs) = ROLLUP_PACKING.columns(packed, wanted)
+            if counts is None:
+                continue
+            t = int(bucket.timestamp()) // step * step
+            for gpu, count, low, total, high in zip(indices, counts, lows, totals, highs, strict=True):
+                if count:
+                    points.add(gpu, t, low, total, count, high)
+    return {"start": start, "end": now, "step_s": step, "gpus": points.series(metric_field(metric))}
 
 
 FLEET_HISTORY_SPAN = timedelta(hours=1)
@@ -115,17 +132,17 @@ def fleet_history(*, now: datetime, span: timedelta = FLEET_HISTORY_SPAN) -> lis
 
     ``util_gpu_mean`` is the mean over every sample of every GPU in the minute; ``power_w_total`` the
     sum of the GPUs' mean draw, the fleet's load in that minute. The minutes still settling (see
-    rollups.py) are not there yet: a live page adds them from the stream. One query over the
-    (bucket) index: ~8,000 rows a minute at 1,000 nodes.
+    rollups.py) are not there yet: a live page adds them from the stream. One query, summing each
+    node-minute's derived columns (~1,000 rows a minute at 1,000 nodes).
     """
     rows = (
-        GpuMinuteRollup.objects.filter(bucket__gte=now - span, bucket__lte=now)
+        NodeMinuteRollup.objects.filter(bucket__gte=now - span, bucket__lte=now)
         .values("bucket")
         .annotate(
-            gpus=Count("gpu_index"),
-            util_total=Sum(F("util_gpu_mean") * F("sample_count"), output_field=FloatField()),
-            util_samples=Sum(Case(When(util_gpu_mean__isnull=False, then="sample_count"), default=0)),
-            power_w_total=Sum("power_w_mean"),
+            gpus=Sum("_gpus"),
+            util_total=Sum("_util_gpu_total"),
+            util_samples=Sum("_util_gpu_samples"),
+            power_w_total=Sum("_power_w_total"),
         )
         .order_by("bucket")
     )
@@ -138,3 +155,23 @@ def fleet_history(*, now: datetime, span: timedelta = FLEET_HISTORY_SPAN) -> lis
         }
         for row in rows
     ]
+
+
+def gpu_series(
+    since: datetime, until: datetime, metrics: Iterable[str]
+) -> dict[tuple[int, int], dict[str, list[float | None]]]:
+    """Every GPU's raw values of ``metrics`` in [since, until), by (node, GPU index) and metric (None
+    where a sample did not report the metric), in no particular order."""
+    metrics = list(metrics)
+    wanted = [_INDEX, *(GPU_PACKING.position(metric) for metric in metrics)]
+    series: dict[tuple[int, int], dict[str, list[float | None]]] = {}
+    rows = NodeGpuSample.objects.filter(ts__gte=since, ts__lt=until).order_by()
+    for node_id, packed in rows.values_list("node_id", "gpus").iterator(chunk_size=10_000):
+        _, (indices, *columns) = GPU_PACKING.columns(packed, wanted)
+        for i, gpu in enumerate(indices or ()):
+            gpu_series = series.get((node_id, gpu))
+            if gpu_series is None:
+                gpu_series = series[node_id, gpu] = {metric: [] for metric in metrics}
+            for metric, column in zip(metrics, columns, strict=True):
+                gpu_series[metric].append(column[i] if column is not None else None)
+    return series

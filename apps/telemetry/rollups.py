@@ -1,8 +1,10 @@
-"""Rollups (raw → 1 minute → 1 hour) and retention, as plain functions; tasks.py schedules them.
+"""Rollups (raw → 1 minute → 1 hour), as plain functions; tasks.py schedules them.
 
-Rolling a window is idempotent: its buckets are deleted and recomputed from the source in one
-transaction (``INSERT ... SELECT``, set-based, on either database), so re-running a window gives
-the same rows. A window is never recomputed from a source that retention has already thinned (the
+Rolling a window is idempotent: its buckets are recomputed from the source and written over what
+was there (an upsert per node and bucket), so re-running a window gives the same rows. The source's
+rows are read once, in order, and only the charted fields are unpacked, as stored integers: a
+bucket's counts, minimums, sums and maximums are exact, and an hour made of minutes says what its
+raw samples said. A window is never recomputed from a source that retention has already thinned (the
 start is clamped to the source's horizon), or a re-run would erase rollups.
 
 Late data is expected: an agent that was cut off for an hour replays its backlog. The minute pass
@@ -11,26 +13,29 @@ nodes and time ranges that received rows since the last run and recomputes exact
 minutes, then the already-rolled hours they fall in.
 """
 
-import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, models, transaction
-from django.db.models import Avg, Case, Count, F, FloatField, Max, Min, Sum, When
-from django.db.models.functions import TruncHour, TruncMinute
+from django.db.models import Max, Min
 from django.utils import timezone
 
 from apps.telemetry.models import (
+    GPU_PACKING,
     ROLLUP_METRICS,
-    GpuHourRollup,
-    GpuMinuteRollup,
-    GpuSample,
-    PortSample,
+    ROLLUP_PACKING,
+    NodeGpuSample,
+    NodeHourRollup,
+    NodeMinuteRollup,
     RollupProgress,
 )
+from apps.telemetry.packing import Field
+from apps.telemetry.partitions import day_of, partition_days
+from apps.telemetry.queries import in_units, metric_field
 
 MINUTE = timedelta(minutes=1)
 HOUR = timedelta(hours=1)
@@ -66,98 +71,162 @@ def minute_horizon(now: datetime) -> datetime:
 
 # Rolling windows -------------------------------------------------------------------------------
 
-
-# How each rollup column is computed from its source (raw samples; minute rollups).
-_FROM_RAW: dict[str, models.Aggregate] = {"sample_count": Count("*")}
-_FROM_MINUTES: dict[str, models.Expression] = {"sample_count": Sum("sample_count")}
-for _metric in ROLLUP_METRICS:
-    _FROM_RAW |= {f"{_metric}_min": Min(_metric), f"{_metric}_mean": Avg(_metric), f"{_metric}_max": Max(_metric)}
-    _FROM_MINUTES |= {
-        f"{_metric}_min": Min(f"{_metric}_min"),
-        f"{_metric}_mean": Sum(F(f"{_metric}_mean") * F("sample_count"), output_field=FloatField())
-        / Sum(Case(When(**{f"{_metric}_mean__isnull": False}, then=F("sample_count")))),
-        f"{_metric}_max": Max(f"{_metric}_max"),
-    }
+_METRICS = tuple(ROLLUP_METRICS)
+_RAW_FIELDS = [GPU_PACKING.position(name) for name in ("index", *_METRICS)]
+Stats = list[Any]  # a GPU's [samples, then n, min, sum, max of each metric]: ROLLUP_FIELDS after "index"
 
 
 def rollup_minutes(
     since: datetime, until: datetime, *, node_ids: Iterable[int] | None = None, now: datetime | None = None
 ) -> int:
     """Recompute the 1-minute rollups of [since, until), widened to whole minutes; return rows written."""
-    source = _Source(GpuSample, "ts", TruncMinute, raw_horizon(now or timezone.now()))
-    return _recompute(GpuMinuteRollup, MINUTE, source, _FROM_RAW, since, until, node_ids)
+    buckets: dict[tuple[int, datetime], dict[int, Stats]] = defaultdict(dict)
+    horizon = raw_horizon(now or timezone.now())
+    for node_id, bucket, packed in _source(NodeGpuSample, "ts", MINUTE, horizon, since, until, node_ids):
+        _, (indices, *columns) = GPU_PACKING.columns(packed, _RAW_FIELDS, stored=True)
+        gpus = buckets[node_id, bucket]
+        for i, gpu in enumerate(indices or ()):
+            stats = _stats(gpus, gpu)
+            stats[0] += 1
+            for k, column in enumerate(columns):
+                value = column[i] if column is not None else None
+                if value is not None:
+                    _add(stats, 1 + 4 * k, 1, value, value, value)
+    return _write(NodeMinuteRollup, buckets)
 
 
 def rollup_hours(
     since: datetime, until: datetime, *, node_ids: Iterable[int] | None = None, now: datetime | None = None
 ) -> int:
-    """Recompute the hourly rollups of [since, until) from minute rollups; return rows written.
-
-    An hour's mean is the minutes' means weighted by their sample counts (minutes where a metric
-    was absent do not count for it), so it equals the mean of the raw samples whenever a metric is
-    present in all or none of a minute's samples.
-    """
-    source = _Source(GpuMinuteRollup, "bucket", TruncHour, minute_horizon(now or timezone.now()))
-    return _recompute(GpuHourRollup, HOUR, source, _FROM_MINUTES, since, until, node_ids)
-
-
-@dataclass(frozen=True)
-class _Source:
-    model: type[models.Model]
-    time_column: str
-    truncate: type[models.Func]
-    horizon: datetime  # the source is complete only from here on (retention thins what is older)
+    """Recompute the hourly rollups of [since, until) from minute rollups; return rows written."""
+    buckets: dict[tuple[int, datetime], dict[int, Stats]] = defaultdict(dict)
+    horizon = minute_horizon(now or timezone.now())
+    for node_id, bucket, packed in _source(NodeMinuteRollup, "bucket", HOUR, horizon, since, until, node_ids):
+        gpus = buckets[node_id, bucket]
+        for index, samples, *metrics in ROLLUP_PACKING.unpack(packed):
+            stats = _stats(gpus, index)
+            stats[0] += samples
+            for k in range(len(_METRICS)):
+                count, low, total, high = metrics[4 * k : 4 * k + 4]
+                if count:
+                    _add(stats, 1 + 4 * k, count, low, total, high)
+    return _write(NodeHourRollup, buckets)
 
 
-def _recompute(
-    target: type[models.Model],
+def _source(
+    model: type[models.Model],
+    column: str,
     step: timedelta,
-    source: _Source,
-    columns: dict[str, models.Expression],
+    horizon: datetime,
     since: datetime,
     until: datetime,
     node_ids: Iterable[int] | None,
-) -> int:
-    since, until = max(floor_to(since, step), source.horizon), ceil_to(until, step)
+) -> Iterator[tuple[int, datetime, bytes]]:
+    """(node, bucket, packed GPUs) of the source's rows in [since, until), widened to whole buckets and
+    never before the source's horizon (what retention has thinned)."""
+    since, until = max(floor_to(since, step), horizon), ceil_to(until, step)
     if since >= until:
-        return 0
-    window = {f"{source.time_column}__gte": since, f"{source.time_column}__lt": until}
-    rows = _nodes(source.model.objects.filter(**window), node_ids)
-    select = _grouped(rows, source.truncate(source.time_column), columns)
-    with transaction.atomic():
-        _nodes(target.objects.filter(bucket__gte=since, bucket__lt=until), node_ids).delete()
-        return _insert_select(target, select)
+        return
+    rows = _nodes(model.objects.filter(**{f"{column}__gte": since, f"{column}__lt": until}), node_ids)
+    for node_id, moment, packed in rows.values_list("node_id", column, "gpus").order_by().iterator(chunk_size=5_000):
+        yield node_id, floor_to(moment, step), packed
+
+
+def _stats(gpus: dict[int, Stats], index: int) -> Stats:
+    """GPU ``index``'s stats in a bucket, nothing counted yet when it is new."""
+    stats = gpus.get(index)
+    if stats is None:
+        stats = gpus[index] = [0, *([0, None, 0, None] * len(_METRICS))]
+    return stats
+
+
+def _add(stats: Stats, at: int, count: int, low: int, total: int, high: int) -> None:
+    """Merge (count, min, sum, max) into the metric whose count sits at ``stats[at]``."""
+    if stats[at]:
+        stats[at + 1] = min(stats[at + 1], low)
+        stats[at + 3] = max(stats[at + 3], high)
+    else:
+        stats[at + 1], stats[at + 3] = low, high
+    stats[at] += count
+    stats[at + 2] += total
 
 
 def _nodes(queryset: models.QuerySet, node_ids: Iterable[int] | None) -> models.QuerySet:
     return queryset if node_ids is None else queryset.filter(node_id__in=list(node_ids))
 
 
-# Aliases of computed columns carry this prefix, so they never shadow the source's own columns
-# (a minute rollup's ``sample_count`` is summed into the hour's ``sample_count``).
-_COMPUTED = "rolled_"
+_UTIL, _POWER = metric_field("util_gpu"), metric_field("power_w")
+_UTIL_AT, _POWER_AT = 1 + 4 * _METRICS.index("util_gpu"), 1 + 4 * _METRICS.index("power_w")
+ROLLUP_COLUMNS = ("node_id", "bucket", "gpus", "_gpus", "_util_gpu_total", "_util_gpu_samples", "_power_w_total")
 
 
-def _grouped(source: models.QuerySet, bucket: models.Func, aggregates: dict[str, models.Expression]) -> models.QuerySet:
-    """One row per (node, bucket, GPU), with the aggregates named by their target columns."""
+def rollup_row(node_id: int, bucket: datetime, gpus: dict[int, Stats]) -> tuple[Any, ...]:
+    """A rollup table's row for one node and bucket: the GPUs' stats packed, and the fleet's columns."""
+    packed = ROLLUP_PACKING.pack([_item(index, stats) for index, stats in sorted(gpus.items())])
+    util_n = sum(stats[_UTIL_AT] for stats in gpus.values())
+    util_total = sum(stats[_UTIL_AT + 2] for stats in gpus.values())
+    powered = [stats for stats in gpus.values() if stats[_POWER_AT]]
+    power_total = sum(in_units(_POWER, stats[_POWER_AT + 2] / stats[_POWER_AT]) for stats in powered)
     return (
-        source.annotate(**{f"{_COMPUTED}bucket": bucket})
-        .values("node_id", f"{_COMPUTED}bucket", "gpu_index")
-        .annotate(**{f"{_COMPUTED}{column}": aggregate for column, aggregate in aggregates.items()})
-        .order_by()
+        node_id,
+        bucket,
+        packed,
+        len(gpus),
+        (util_total + util_n * _UTIL.offset) / _UTIL.steps if util_n else None,
+        util_n,
+        power_total if powered else None,
     )
 
 
-def _insert_select(model: type[models.Model], select: models.QuerySet) -> int:
-    """``INSERT INTO <model> (<columns>) <select>``: the rows never leave the database."""
-    compiler = select.query.get_compiler(using=select.db)
-    sql, params = compiler.as_sql()
-    columns = [
-        alias.removeprefix(_COMPUTED) if alias else expression.target.column for expression, _, alias in compiler.select
-    ]
-    with connection.cursor() as cursor:
-        cursor.execute(f"INSERT INTO {model._meta.db_table} ({', '.join(columns)}) {sql}", params)
-        return cursor.rowcount
+def stats_of(samples: int, summaries: Mapping[str, tuple[float, float, float]]) -> Stats:
+    """A GPU's stats from each metric's (min, mean, max) over ``samples`` samples (in the metric's
+    units; a metric not given is absent), as rollups that kept means had them."""
+    stats: Stats = [samples]
+    for metric in _METRICS:
+        if metric not in summaries:
+            stats += [0, None, 0, None]
+            continue
+        field, (low, mean, high) = metric_field(metric), summaries[metric]
+        stats += [
+            samples,
+            _stored(field, low),
+            round((mean * field.steps - field.offset) * samples),
+            _stored(field, high),
+        ]
+    return stats
+
+
+def _stored(field: Field, value: float) -> int:
+    return round(value * field.steps) - field.offset
+
+
+def _item(index: int, stats: Stats) -> tuple[Any, ...]:
+    """A GPU's packed item: a metric no sample had is absent (count 0, no min, sum or max)."""
+    item: list[Any] = [index, stats[0]]
+    for k in range(len(_METRICS)):
+        count, low, total, high = stats[1 + 4 * k : 5 + 4 * k]
+        item += (count, low, total, high) if count else (0, None, None, None)
+    return tuple(item)
+
+
+def _write(model: type[models.Model], buckets: dict[tuple[int, datetime], dict[int, Stats]]) -> int:
+    """Upsert one row per node and bucket; return how many."""
+    rows = [rollup_row(node_id, bucket, gpus) for (node_id, bucket), gpus in sorted(buckets.items()) if gpus]
+    if not rows:
+        return 0
+    table = model._meta.db_table
+    columns = ", ".join(ROLLUP_COLUMNS)
+    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in ROLLUP_COLUMNS[2:])
+    placeholders = ", ".join(["%s"] * len(ROLLUP_COLUMNS))
+    upsert = (
+        f"INSERT INTO {table} ({columns}) VALUES ({placeholders}) ON CONFLICT (node_id, bucket) DO UPDATE SET {updates}"
+    )
+    adapt = connection.ops.adapt_datetimefield_value
+    with transaction.atomic(), connection.cursor() as cursor:
+        if connection.vendor == "postgresql" and model is NodeMinuteRollup:
+            partition_days.make_room(cursor, table, {day_of(row[1]) for row in rows})
+        cursor.executemany(upsert, [(row[0], adapt(row[1]), *row[2:]) for row in rows])
+    return len(rows)
 
 
 # The scheduled passes ------------------------------------------------------------------------
@@ -181,7 +250,7 @@ def roll_up_received(now: datetime) -> RollupReport:
         if upto <= minute.position:
             return report
         ranges = (
-            GpuSample.objects.filter(received_at__gte=minute.position, received_at__lt=upto)
+            NodeGpuSample.objects.filter(received_at__gte=minute.position, received_at__lt=upto)
             .values("node_id")
             .annotate(first=Min("ts"), last=Max("ts"))
             .order_by()
@@ -215,10 +284,9 @@ def roll_up_completed_hours(now: datetime) -> RollupReport:
 
 
 def _first_received(now: datetime) -> datetime:
-    """Where the very first minute pass starts: the oldest raw row (ids grow with insertion, so the
-    primary key finds it at once), or now when there is none."""
-    oldest = GpuSample.objects.order_by("id").values_list("received_at", flat=True).first()
-    return oldest or now
+    """Where the very first minute pass starts: the oldest raw row's arrival, or now when there is none
+    (read once in an installation's life, when the progress row is created)."""
+    return NodeGpuSample.objects.aggregate(oldest=Min("received_at"))["oldest"] or now
 
 
 def _progress(name: str, *, default: datetime) -> RollupProgress:
@@ -226,46 +294,3 @@ def _progress(name: str, *, default: datetime) -> RollupProgress:
     always taken hour before minute, so the two passes cannot deadlock."""
     progress, _ = RollupProgress.objects.select_for_update().get_or_create(name=name, defaults={"position": default})
     return progress
-
-
-# Retention -----------------------------------------------------------------------------------
-
-RETENTION_BATCH_ROWS = 20_000
-
-
-def apply_retention(
-    now: datetime, *, batch_rows: int = RETENTION_BATCH_ROWS, time_budget_s: float | None = None
-) -> dict[str, int]:
-    """Delete raw samples older than TELEMETRY_RAW_RETENTION_HOURS and minute rollups older than
-    TELEMETRY_MINUTE_RETENTION_DAYS (hourly rollups are kept), in batches of short transactions.
-    Stops early when the time budget is spent; the next run carries on. Returns rows deleted."""
-    deadline = None if time_budget_s is None else time.monotonic() + time_budget_s
-    raw_cutoff = now - timedelta(hours=settings.TELEMETRY_RAW_RETENTION_HOURS)
-    minute_cutoff = now - timedelta(days=settings.TELEMETRY_MINUTE_RETENTION_DAYS)
-    plan = ((GpuSample, "ts", raw_cutoff), (PortSample, "ts", raw_cutoff), (GpuMinuteRollup, "bucket", minute_cutoff))
-    return {
-        model._meta.model_name: _delete_older(model, column, cutoff, batch_rows, deadline)
-        for model, column, cutoff in plan
-    }
-
-
-def _delete_older(
-    model: type[models.Model], column: str, cutoff: datetime, batch_rows: int, deadline: float | None
-) -> int:
-    # Batches by physical row address: no id index needed, and on PostgreSQL the inner SELECT
-    # finds old rows through the BRIN index on the time column.
-    table = model._meta.db_table
-    if connection.vendor == "postgresql":
-        sql = f"DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} WHERE {column} < %s LIMIT %s))"
-    else:
-        sql = f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE {column} < %s LIMIT %s)"
-    cutoff_param = connection.ops.adapt_datetimefield_value(cutoff)
-    deleted = 0
-    while deadline is None or time.monotonic() < deadline:
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(sql, [cutoff_param, batch_rows])
-            batch = cursor.rowcount
-        deleted += batch
-        if batch < batch_rows:
-            break
-    return deleted

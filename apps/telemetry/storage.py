@@ -1,8 +1,10 @@
 """The bulk writer: many nodes' telemetry messages, their cursors and newest samples, one transaction.
 
-On PostgreSQL the samples go in with binary ``COPY`` (psycopg 3 ``write_row``), the fastest path
-the server offers (DESIGN.md: ~460,000 rows/s against ~109,000 for ``executemany``); on SQLite, the
-demo's database, with ``executemany``. Never a row at a time.
+Each sample becomes one row of its node's GPUs and one of its ports, packed (models/samples.py), so
+1,000 nodes' second is 2,000 rows, not 16,000. On PostgreSQL they go in with binary ``COPY``
+(psycopg 3 ``write_row``), the fastest path the server offers (DESIGN.md: ~460,000 rows/s against
+~109,000 for ``executemany``), into the day's partition, which the writer creates if a scheduled task
+has not (partitions.py); on SQLite, the demo's database, with ``executemany``. Never a row at a time.
 
 Dedup is by sequence number: each node's cursor row is locked and read inside the transaction, a
 message whose seq is at or below it is dropped, and the cursor is advanced with the rows. Reading
@@ -14,11 +16,11 @@ reconnects to the other one.
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 import msgspec
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
 from django.db.models import Model
@@ -27,17 +29,24 @@ from django.utils import timezone
 from agents.protocol import Telemetry
 from apps.telemetry.models import (
     GPU_METRIC_FIELDS,
+    GPU_PACKING,
+    PORT_PACKING,
     PORT_SAMPLE_FIELDS,
-    GpuSample,
     LatestGpuSample,
     LatestPortSample,
-    PortSample,
+    NodeGpuSample,
+    NodePortSample,
     TelemetryCursor,
 )
+from apps.telemetry.models.samples import pack
+from apps.telemetry.partitions import day_of, partition_days
 
 log = logging.getLogger(__name__)
 
-# Column order of a copied row: (ts, received_at, node_id) + msgspec.structs.astuple(protocol struct).
+# Column order of a copied raw row; of a newest-sample row: (ts, received_at, node_id) + the protocol
+# struct's fields (``msgspec.structs.astuple``).
+GPU_SAMPLE_COLUMNS: tuple[str, ...] = ("node_id", "ts", "received_at", "gpus")
+PORT_SAMPLE_COLUMNS: tuple[str, ...] = ("node_id", "ts", "received_at", "ports")
 GPU_COLUMNS: tuple[str, ...] = ("ts", "received_at", "node_id", "gpu_index", *GPU_METRIC_FIELDS)
 PORT_COLUMNS: tuple[str, ...] = ("ts", "received_at", "node_id", *PORT_SAMPLE_FIELDS)
 _CHUNK = 500  # ids per IN (...) list: well under SQLite's and PostgreSQL's parameter limits
@@ -52,6 +61,7 @@ _PG_BINARY_TYPES = {
     "FloatField": "float8",
     "BooleanField": "bool",
     "CharField": "text",
+    "BinaryField": "bytea",
 }
 
 
@@ -71,8 +81,8 @@ class StoredBatch:
     cursors: dict[int, int] = field(default_factory=dict)
     stored: list[Submission] = field(default_factory=list)
     duplicates: int = 0
-    gpu_rows: int = 0
-    port_rows: int = 0
+    gpu_rows: int = 0  # GPU samples stored (8 in an 8-GPU node's row)
+    port_rows: int = 0  # port samples stored
     latest_ts: dict[int, float] = field(default_factory=dict)  # node -> sample ts now in the newest-sample tables
 
 
@@ -104,18 +114,21 @@ def write_batch(
             result.stored.append(submission)
             result.cursors[submission.node_id] = max(result.cursors[submission.node_id], submission.message.seq)
         if result.stored:
-            gpu_rows, port_rows, newest_gpus, newest_ports = _rows(connection, result.stored, result.received_at)
-            _bulk_insert(connection, cursor, GpuSample, GPU_COLUMNS, gpu_rows)
-            _bulk_insert(connection, cursor, PortSample, PORT_COLUMNS, port_rows)
-            not_before = latest_not_before or {}
-            for latest, newest in ((_LATEST_GPUS, newest_gpus), (_LATEST_PORTS, newest_ports)):
-                due = {key: ts_row for key, ts_row in newest.items() if ts_row[0] >= not_before.get(key[0], 0.0)}
-                latest.upsert(connection, cursor, [row for _, row in due.values()])
-                for (node_id, *_), (ts, _) in due.items():
+            rows = _rows(connection, result.stored, result.received_at, latest_not_before or {})
+            try:
+                _insert_samples(connection, cursor, NodeGpuSample, GPU_SAMPLE_COLUMNS, rows.gpus, rows.days)
+                _insert_samples(connection, cursor, NodePortSample, PORT_SAMPLE_COLUMNS, rows.ports, rows.days)
+            except DatabaseError:
+                partition_days.forget()  # retention may have dropped a day this process thought it had
+                raise
+            _LATEST_GPUS.upsert(connection, cursor, [row for _, row in rows.newest_gpus.values()])
+            _LATEST_PORTS.upsert(connection, cursor, [row for _, row in rows.newest_ports.values()])
+            for newest in (rows.newest_gpus, rows.newest_ports):
+                for (node_id, *_), (ts, _) in newest.items():
                     result.latest_ts[node_id] = max(ts, result.latest_ts.get(node_id, ts))
             advanced = {n: seq for n, seq in result.cursors.items() if seq != stored_seq[n]}
             advance_cursors(cursor, advanced, "telemetry_seq", result.received_at)
-            result.gpu_rows, result.port_rows = len(gpu_rows), len(port_rows)
+            result.gpu_rows, result.port_rows = rows.gpu_samples, rows.port_samples
     return result
 
 
@@ -206,35 +219,71 @@ Row = tuple[Any, ...]
 Newest = dict[tuple[Any, ...], tuple[float, Row]]  # (node, GPU) or (node, device, port) -> (ts, row)
 
 
+@dataclass(slots=True)
+class _Rows:
+    """What a batch writes: raw rows (one per node and sample, packed), the days they fall on, and the
+    newest-sample rows of the nodes due for a refresh, by GPU and port."""
+
+    gpus: list[Row] = field(default_factory=list)
+    ports: list[Row] = field(default_factory=list)
+    days: set[date] = field(default_factory=set)
+    gpu_samples: int = 0
+    port_samples: int = 0
+    newest_gpus: Newest = field(default_factory=dict)
+    newest_ports: Newest = field(default_factory=dict)
+
+
 def _rows(
-    connection: BaseDatabaseWrapper, stored: Iterable[Submission], received_at: datetime
-) -> tuple[list[Row], list[Row], Newest, Newest]:
-    """Copy-ready rows: raw GPU rows, raw port rows, and the newest (ts, row) of each GPU and port."""
+    connection: BaseDatabaseWrapper,
+    stored: Iterable[Submission],
+    received_at: datetime,
+    latest_not_before: Mapping[int, float],
+) -> _Rows:
     db_time = connection.ops.adapt_datetimefield_value  # psycopg: as is; SQLite: Django's text form
     received = db_time(received_at)
     astuple = msgspec.structs.astuple
-    gpu_rows: list[Row] = []
-    port_rows: list[Row] = []
-    newest_gpus: Newest = {}
-    newest_ports: Newest = {}
+    rows = _Rows()
     for submission in stored:
         node_id = submission.node_id
+        due_from = latest_not_before.get(node_id, 0.0)
         for sample in submission.message.samples:
-            head = (db_time(datetime.fromtimestamp(sample.ts, UTC)), received, node_id)
+            moment = datetime.fromtimestamp(sample.ts, UTC)
+            ts = db_time(moment)
+            rows.days.add(day_of(moment))
+            if sample.gpus:
+                rows.gpus.append((node_id, ts, received, pack(GPU_PACKING, sample.gpus)))
+                rows.gpu_samples += len(sample.gpus)
+            if sample.ports:
+                rows.ports.append((node_id, ts, received, pack(PORT_PACKING, sample.ports)))
+                rows.port_samples += len(sample.ports)
+            if sample.ts < due_from:
+                continue
+            head = (ts, received, node_id)
             for gpu in sample.gpus:
-                row = head + astuple(gpu)
-                gpu_rows.append(row)
-                _keep_newest(newest_gpus, (node_id, gpu.index), sample.ts, row)
+                _keep_newest(rows.newest_gpus, (node_id, gpu.index), sample.ts, head + astuple(gpu))
             for port in sample.ports:
-                row = head + astuple(port)
-                port_rows.append(row)
-                _keep_newest(newest_ports, (node_id, port.device, port.port), sample.ts, row)
-    return gpu_rows, port_rows, newest_gpus, newest_ports
+                _keep_newest(rows.newest_ports, (node_id, port.device, port.port), sample.ts, head + astuple(port))
+    return rows
 
 
 def _keep_newest(newest: Newest, key: tuple[Any, ...], ts: float, row: Row) -> None:
     if key not in newest or newest[key][0] < ts:
         newest[key] = (ts, row)
+
+
+def _insert_samples(
+    connection: BaseDatabaseWrapper,
+    cursor: CursorWrapper,
+    model: type[Model],
+    columns: Sequence[str],
+    rows: list[Row],
+    days: set[date],
+) -> None:
+    if not rows:
+        return
+    if connection.vendor == "postgresql":
+        partition_days.make_room(cursor, model._meta.db_table, days)
+    _bulk_insert(connection, cursor, model, columns, rows)
 
 
 def _bulk_insert(

@@ -6,12 +6,13 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
+from agents.protocol import GpuSample
 from apps.failures.conditions import PORT_DOWN, Observation, xid_condition
 from apps.failures.models import Failure
 from apps.failures.recording import raise_failure
 from apps.inventory.choices import Liveness
 from apps.inventory.models import Node
-from apps.telemetry.models import GpuSample, LatestGpuSample, LatestPortSample
+from apps.telemetry.models import LatestGpuSample, LatestPortSample, NodeGpuSample
 from tests import factories
 
 HW_SLOWDOWN_AND_POWER_CAP = 0x8 | 0x4
@@ -52,6 +53,12 @@ def wave(index: int, step: int) -> dict[str, object]:
     return gpu_metrics(index, util_gpu=util, power_w=300.0 + 4 * util, temp_c=45.0 + util / 4 + index)
 
 
+def reading(metrics: dict[str, object]) -> GpuSample:
+    """The protocol's GPU sample of these metrics (``gpu_index`` as its ``index``)."""
+    fields = {name: value for name, value in metrics.items() if name != "gpu_index"}
+    return GpuSample(index=metrics["gpu_index"], **fields)
+
+
 def store_samples(node: Node, now: datetime, *, gpus: int, ports: int) -> None:
     """The newest sample of every GPU (GPU 0 hot and slowed down), raw samples for the charts, and
     the newest sample of every port (the last port down, with link errors)."""
@@ -60,10 +67,9 @@ def store_samples(node: Node, now: datetime, *, gpus: int, ports: int) -> None:
         LatestGpuSample(node=node, ts=now, received_at=now, **gpu_metrics(i, **(odd if i == 0 else {})))
         for i in range(gpus)
     )
-    GpuSample.objects.bulk_create(
-        GpuSample(node=node, ts=now - timedelta(seconds=10 * s), received_at=now, **wave(i, s))
+    NodeGpuSample.objects.bulk_create(
+        NodeGpuSample.of(node.pk, now - timedelta(seconds=10 * s), [reading(wave(i, s)) for i in range(gpus)], now)
         for s in range(RAW_SAMPLES)
-        for i in range(gpus)
     )
     LatestPortSample.objects.bulk_create(
         LatestPortSample(

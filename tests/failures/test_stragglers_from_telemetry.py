@@ -1,13 +1,14 @@
-"""Straggler detection reading the window from the raw telemetry table (apps.telemetry), on both
-databases: PostgreSQL computes the medians itself, SQLite's rows are summarised in Python."""
+"""Straggler detection reading the window from the raw telemetry samples (apps.telemetry), on both
+databases."""
 
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from agents.protocol import GpuSample
 from apps.failures.models import StragglerFlag
 from apps.failures.stragglers import detect_stragglers, load_windows
-from apps.telemetry.models import GpuSample
+from apps.telemetry.models import NodeGpuSample
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -21,18 +22,17 @@ def node(db):
 
 
 def store(node, *, seconds: int, power_of: dict[int, float], start: datetime = NOW - timedelta(minutes=5)) -> None:
-    GpuSample.objects.bulk_create(
-        GpuSample(
-            node=node,
-            ts=start + timedelta(seconds=s),
-            received_at=start + timedelta(seconds=s),
-            gpu_index=index,
-            power_w=power + (s % 3) - 1,
-            sm_clock_mhz=1980,
-            util_gpu=97.0,
+    NodeGpuSample.objects.bulk_create(
+        NodeGpuSample.of(
+            node.pk,
+            start + timedelta(seconds=s),
+            [
+                GpuSample(index=index, power_w=power + (s % 3) - 1, sm_clock_mhz=1980, util_gpu=97.0)
+                for index, power in power_of.items()
+            ],
+            start + timedelta(seconds=s),
         )
         for s in range(seconds)
-        for index, power in power_of.items()
     )
 
 

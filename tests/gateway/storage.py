@@ -1,6 +1,6 @@
 """The storage behind the gateway in tests: the product's own, on the test database.
 
-Telemetry goes through the process's ingestor into GpuSample rows and the node's TelemetryCursor,
+Telemetry goes through the process's ingestor into NodeGpuSample rows and the node's TelemetryCursor,
 events through apps.telemetry.events into AgentEvent rows, and an ack or a Welcome says what that
 cursor holds: "ack 5 after a replayed 3" is the storage's own dedup. Every gateway test over a socket
 runs on it; a test that breaks storage on purpose replaces one sink with a fault injector.
@@ -18,7 +18,7 @@ from pytest_django.fixtures import Settings
 
 from apps.inventory.models import Node
 from apps.telemetry import ingest
-from apps.telemetry.models import AgentEvent, GpuSample, TelemetryCursor
+from apps.telemetry.models import AgentEvent, NodeGpuSample, TelemetryCursor
 
 # An ack waits for its batch to commit; the product's 250 ms window only slows the tests down.
 FLUSH_INTERVAL_MS = 20
@@ -31,7 +31,7 @@ class StoredTelemetry:
     @database_sync_to_async
     def sample_times(node: Node) -> list[float]:
         """The timestamps of the node's stored samples, oldest first (the tests' agents send one per seq)."""
-        times = GpuSample.objects.filter(node=node).order_by("ts").values_list("ts", flat=True).distinct()
+        times = NodeGpuSample.objects.filter(node=node).order_by("ts").values_list("ts", flat=True).distinct()
         return [ts.timestamp() for ts in times]
 
     @staticmethod

@@ -6,28 +6,36 @@ import pytest
 from django.utils import timezone
 
 from apps.accounts.roles import Role
-from apps.telemetry.models import GpuMinuteRollup
+from apps.telemetry.models import NodeMinuteRollup
+from apps.telemetry.rollups import Stats, stats_of
+from tests.telemetry.conftest import rollup
 
 pytestmark = pytest.mark.django_db
 
 
-def minute(node, gpu: int, bucket, *, util: float | None, power: float, samples: int = 60) -> GpuMinuteRollup:
-    return GpuMinuteRollup(
-        node=node, gpu_index=gpu, bucket=bucket, sample_count=samples, util_gpu_mean=util, power_w_mean=power
-    )
+def gpu(*, util: float | None, power: float, samples: int = 60) -> Stats:
+    means = {"power_w": (power, power, power)} | ({"util_gpu": (util, util, util)} if util is not None else {})
+    return stats_of(samples, means)
 
 
 def test_each_minute_sums_the_gpus_power_and_weights_utilization_by_samples(api_client, make_node):
     a, b = make_node(), make_node()
     now = timezone.now().replace(second=0, microsecond=0)
     first, second = now - timedelta(minutes=10), now - timedelta(minutes=9)
-    GpuMinuteRollup.objects.bulk_create(
+    NodeMinuteRollup.objects.bulk_create(
         [
-            minute(a, 0, first, util=90.0, power=600.0, samples=60),
-            minute(a, 1, first, util=30.0, power=300.0, samples=20),  # fewer samples weigh less
-            minute(b, 0, first, util=None, power=100.0, samples=60),  # no utilization: left out of the mean
-            minute(a, 0, second, util=10.0, power=200.0),
-            minute(a, 0, now - timedelta(minutes=61), util=99.0, power=999.0),  # older than the hour
+            rollup(
+                NodeMinuteRollup,
+                a,
+                first,
+                {
+                    0: gpu(util=90.0, power=600.0, samples=60),
+                    1: gpu(util=30.0, power=300.0, samples=20),  # fewer samples weigh less
+                },
+            ),
+            rollup(NodeMinuteRollup, b, first, {0: gpu(util=None, power=100.0)}),  # no utilization: not in the mean
+            rollup(NodeMinuteRollup, a, second, {0: gpu(util=10.0, power=200.0)}),
+            rollup(NodeMinuteRollup, a, now - timedelta(minutes=61), {0: gpu(util=99.0, power=999.0)}),  # too old
         ]
     )
 

@@ -5,8 +5,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.utils import timezone
 
+from agents.protocol import GpuSample
 from apps.accounts.roles import Role
-from apps.telemetry.models import GpuHourRollup, GpuMinuteRollup, GpuSample
+from apps.telemetry.models import NodeGpuSample, NodeHourRollup, NodeMinuteRollup
+from apps.telemetry.rollups import stats_of
+from tests.telemetry.conftest import raw, rollup
 
 pytestmark = pytest.mark.django_db
 
@@ -23,13 +26,12 @@ def url(node, **params) -> str:
 def test_it_charts_the_last_15_minutes_from_raw_samples_in_3_second_points(api_client, make_node):
     node = make_node()
     base = aligned(timezone.now() - timedelta(minutes=5), 3)
-    GpuSample.objects.bulk_create(
+    NodeGpuSample.objects.bulk_create(
         [
-            GpuSample(node=node, gpu_index=g, ts=base + timedelta(seconds=i), received_at=base, util_gpu=10.0 * i + g)
-            for g in (0, 1)
+            raw(node, base + timedelta(seconds=i), [GpuSample(index=g, util_gpu=10.0 * i + g) for g in (0, 1)])
             for i in range(6)
         ]
-        + [GpuSample(node=node, gpu_index=0, ts=base - timedelta(minutes=20), received_at=base, util_gpu=99.0)]
+        + [raw(node, base - timedelta(minutes=20), [GpuSample(index=0, util_gpu=99.0)])]
     )
     response = api_client(Role.VIEWER).get(url(node, window="15m", metric="util_gpu"))
     assert response.status_code == 200, response.content
@@ -52,21 +54,13 @@ def test_it_charts_the_last_15_minutes_from_raw_samples_in_3_second_points(api_c
 def test_it_charts_24_hours_from_minute_rollups_weighted_by_sample_count(api_client, make_node):
     node = make_node()
     base = aligned(timezone.now() - timedelta(hours=3), 300)
-    GpuMinuteRollup.objects.bulk_create(
+    NodeMinuteRollup.objects.bulk_create(
         [
-            GpuMinuteRollup(
-                node=node, gpu_index=0, bucket=base, sample_count=60, power_w_min=300, power_w_mean=400, power_w_max=500
+            rollup(NodeMinuteRollup, node, base, {0: stats_of(60, {"power_w": (300, 400, 500)})}),
+            rollup(
+                NodeMinuteRollup, node, base + timedelta(minutes=1), {0: stats_of(20, {"power_w": (100, 200, 650)})}
             ),
-            GpuMinuteRollup(
-                node=node,
-                gpu_index=0,
-                bucket=base + timedelta(minutes=1),
-                sample_count=20,
-                power_w_min=100,
-                power_w_mean=200,
-                power_w_max=650,
-            ),
-            GpuMinuteRollup(node=node, gpu_index=0, bucket=base - timedelta(hours=25), sample_count=60, power_w_mean=1),
+            rollup(NodeMinuteRollup, node, base - timedelta(hours=25), {0: stats_of(60, {"power_w": (1, 1, 1)})}),
         ]
     )
     body = api_client(Role.VIEWER).get(url(node, window="24h", metric="power_w")).json()
@@ -77,15 +71,9 @@ def test_it_charts_24_hours_from_minute_rollups_weighted_by_sample_count(api_cli
 def test_it_charts_30_days_from_hourly_rollups(api_client, make_node):
     node = make_node()
     base = aligned(timezone.now() - timedelta(days=10), 7200)
-    GpuHourRollup.objects.bulk_create(
-        GpuHourRollup(
-            node=node,
-            gpu_index=3,
-            bucket=base + timedelta(hours=h),
-            sample_count=3600,
-            temp_c_min=40 + h,
-            temp_c_mean=50 + h,
-            temp_c_max=60 + h,
+    NodeHourRollup.objects.bulk_create(
+        rollup(
+            NodeHourRollup, node, base + timedelta(hours=h), {3: stats_of(3600, {"temp_c": (40 + h, 50 + h, 60 + h)})}
         )
         for h in range(2)
     )

@@ -12,7 +12,7 @@ from django.db import DatabaseError, connections
 from apps.core import events
 from apps.core.events import TelemetryStored
 from apps.telemetry.ingest import LATEST_REFRESH_S, Ingestor
-from apps.telemetry.models import GpuSample, LatestGpuSample, TelemetryCursor
+from apps.telemetry.models import LatestGpuSample, NodeGpuSample, TelemetryCursor
 from tests.clock import ManualClock
 from tests.telemetry.conftest import T0, telemetry
 
@@ -45,7 +45,7 @@ def seqs(announcement: TelemetryStored) -> list[tuple[int, int]]:
 
 @sync_to_async
 def stored_rows(node_id: int) -> int:
-    return GpuSample.objects.filter(node_id=node_id).count()
+    return NodeGpuSample.objects.filter(node_id=node_id).item_count()
 
 
 @sync_to_async

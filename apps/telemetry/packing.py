@@ -1,0 +1,274 @@
+"""The compact layout's codec: the items of one node at one time (its GPUs' readings, its ports', or
+its GPUs' rollups over a bucket) packed into one ``bytes`` value, field by field.
+
+A value is laid out as:
+
+- one byte: how many fields it holds (fields are only ever appended, so a value written before a
+  field existed reads that field as absent), one byte: how many items;
+- one nibble per field (low nibble first, two to a byte): the field's *mode* in its two low bits and
+  its *width* (1, 2, 4 or 8 bytes) in the two high bits;
+- then each field's section, in field order, by mode:
+  ``ABSENT`` no item has the field (no bytes); ``SAME`` every item has it, with one value (one
+  value); ``EACH`` every item has it (one value per item); ``SOME`` only some items have it (a bitmap
+  of those items, one bit each, then their values).
+
+A value is an unsigned little-endian integer of the field's width: an integer less its range's lower
+bound, a float as a whole number of its *resolution* above its lower bound (``util_gpu`` at 0.01 %:
+87.25 % is 8725), a boolean as 0 or 1; a string is a length of that width and its UTF-8 bytes.
+Absent stays absent (never zero), and an item with every field absent is still an item.
+
+So a healthy node's counters, limits and clocks, the same on all its GPUs, cost a byte or two per
+node, and the values that move cost two or four bytes each: about 38 bytes per GPU for the 27 fields
+of an 8-GPU sample (docs/telemetry-storage.md).
+"""
+
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgspec
+
+ABSENT, SAME, EACH, SOME = range(4)
+_WIDTHS: Final = (1, 2, 4, 8)
+_FORMATS: Final = "BHIQ"
+
+_SAME_CACHE: Final = 20_000  # one-value sections kept per packing (a few MB at most)
+Item = tuple[Any, ...]  # one item's values, in the packing's field order (None: absent)
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One packed field: its name, kind (``int``, ``float``, ``bool`` or ``str``), lower bound and, for a
+    float, how many stored steps make one unit (100: a resolution of 0.01)."""
+
+    name: str
+    kind: type
+    lower: float = 0
+    steps: int = 1
+
+    @property
+    def offset(self) -> int:
+        return round(self.lower * self.steps)
+
+
+class Packing:
+    """How one kind of item is packed: its fields, in the order they are stored."""
+
+    def __init__(self, fields: Sequence[Field]) -> None:
+        if len(fields) > 255:
+            raise ValueError("A packing holds at most 255 fields")
+        self.fields: tuple[Field, ...] = tuple(fields)
+        self.names: tuple[str, ...] = tuple(f.name for f in fields)
+        self._encoders = tuple(_encoder(f) for f in fields)
+        # The encoded one-value sections met so far, by field and value: a node's limits, clocks and
+        # zero counters are the same second after second, so they are encoded once.
+        self._same: dict[tuple[int, Any], tuple[int, bytes]] = {}
+        self._decoders = tuple(_Decoder(f) for f in fields)
+
+    @classmethod
+    def of(cls, struct: type[msgspec.Struct], names: Sequence[str], *, steps: Mapping[str, int]) -> "Packing":
+        """The packing of ``struct``'s fields named in ``names`` (in that order), their kinds and lower
+        bounds read from the struct's declared types; every float field needs its ``steps``."""
+        info = msgspec.inspect.type_info(struct)
+        assert isinstance(info, msgspec.inspect.StructType)
+        types = {f.name: f.type for f in info.fields}
+        return cls([_field_of(name, types[name], steps) for name in names])
+
+    # Packing -----------------------------------------------------------------------------------
+
+    def pack(self, items: Sequence[Item]) -> bytes:
+        """The packed value of ``items``, each a tuple of this packing's field values."""
+        count = len(items)
+        if count > 255:
+            raise ValueError("A packed value holds at most 255 items")
+        if not count:
+            return bytes([len(self.fields), 0]) + bytes((len(self.fields) + 1) // 2)
+        nibbles: list[int] = []
+        sections: list[bytes] = []
+        same = self._same
+        for position, (column, encode) in enumerate(zip(zip(*items, strict=True), self._encoders, strict=True)):
+            first = column[0]
+            if column.count(first) == count:
+                if first is None:
+                    nibbles.append(ABSENT)
+                    continue
+                key = (position, first)
+                if key not in same:
+                    if len(same) > _SAME_CACHE:
+                        same.clear()
+                    same[key] = encode((first,))
+                code, data = same[key]
+                nibbles.append(SAME | code << 2)
+            elif None in column:
+                present = [value for value in column if value is not None]
+                bits = sum(1 << i for i, value in enumerate(column) if value is not None)
+                code, data = encode(present)
+                nibbles.append(SOME | code << 2)
+                sections.append(bits.to_bytes((count + 7) // 8, "little"))
+            else:
+                code, data = encode(column)
+                nibbles.append(EACH | code << 2)
+            sections.append(data)
+        nibbles.append(0)
+        header = [len(self.fields), count, *(nibbles[i] | nibbles[i + 1] << 4 for i in range(0, len(self.fields), 2))]
+        return bytes(header) + b"".join(sections)
+
+    # Unpacking ---------------------------------------------------------------------------------
+
+    def count(self, packed: bytes) -> int:
+        """How many items ``packed`` holds."""
+        return packed[1]
+
+    def unpack(self, packed: bytes) -> list[Item]:
+        """Every item of ``packed``, each a tuple of this packing's field values (None: absent)."""
+        count, columns = self.columns(packed, range(len(self.fields)))
+        filled = [column if column is not None else (None,) * count for column in columns]
+        return list(zip(*filled, strict=True)) if filled else [() for _ in range(count)]
+
+    def columns(
+        self, packed: bytes, wanted: Iterable[int], *, stored: bool = False
+    ) -> tuple[int, list[Sequence[Any] | None]]:
+        """``(items, [values of each wanted field, by item])``, the fields named by position; a field
+        no item has is None rather than a column of Nones. ``stored``: the stored integers, not the
+        values (a float's count of resolution steps above its lower bound), which add up exactly."""
+        wanted = list(wanted)
+        positions = {position: i for i, position in enumerate(wanted)}
+        found: list[Sequence[Any] | None] = [None] * len(wanted)
+        count, fields = packed[1], min(packed[0], len(self.fields))
+        offset = 2 + (packed[0] + 1) // 2
+        last = max(wanted, default=-1)
+        for position in range(min(fields, last + 1)):
+            nibble = packed[2 + position // 2] >> (4 * (position % 2)) & 0xF
+            mode, width = nibble & 3, _WIDTHS[nibble >> 2]
+            if mode == ABSENT:
+                continue
+            present = None
+            if mode == SOME:
+                size = (count + 7) // 8
+                bits = int.from_bytes(packed[offset : offset + size], "little")
+                offset += size
+                present = [i for i in range(count) if bits >> i & 1]
+            values_count = 1 if mode == SAME else count if mode == EACH else len(present or ())
+            decoder = self._decoders[position]
+            if position not in positions and decoder.field.kind is not str:
+                offset += values_count * width  # a number's section is skipped without reading it
+                continue
+            values, offset = decoder.read(packed, offset, values_count, width)
+            if position not in positions:
+                continue
+            if not stored:
+                values = decoder.convert(values)
+            if mode == SAME:
+                found[positions[position]] = values * count
+            elif mode == EACH:
+                found[positions[position]] = values
+            else:
+                column: list[Any] = [None] * count
+                for i, value in zip(present or (), values, strict=True):
+                    column[i] = value
+                found[positions[position]] = column
+        return count, found
+
+    def position(self, name: str) -> int:
+        return self.names.index(name)
+
+
+# Field kinds ---------------------------------------------------------------------------------
+
+
+def _field_of(name: str, info: msgspec.inspect.Type, steps: Mapping[str, int]) -> Field:
+    union = info.types if isinstance(info, msgspec.inspect.UnionType) else (info,)
+    kinds = [t for t in union if not isinstance(t, msgspec.inspect.NoneType)]
+    if len(kinds) != 1:
+        raise TypeError(f"{name}: a packed field has one type besides None, not {info!r}")
+    kind = kinds[0]
+    if isinstance(kind, msgspec.inspect.BoolType):
+        return Field(name, bool)
+    if isinstance(kind, msgspec.inspect.StrType | msgspec.inspect.LiteralType):
+        return Field(name, str)
+    if isinstance(kind, msgspec.inspect.IntType | msgspec.inspect.FloatType):
+        lower = kind.ge if kind.ge is not None else kind.gt
+        if lower is None:
+            raise TypeError(f"{name}: a packed number needs a lower bound")
+        if isinstance(kind, msgspec.inspect.IntType):
+            return Field(name, int, lower=lower)
+        if name not in steps:
+            raise TypeError(f"{name}: a packed float needs its resolution (steps per unit)")
+        return Field(name, float, lower=lower, steps=steps[name])
+    raise TypeError(f"{name}: cannot pack {kind!r}")
+
+
+def _width_of(largest: int) -> int:
+    if largest < 0x100:
+        return 0
+    if largest < 0x10000:
+        return 1
+    if largest < 0x100000000:
+        return 2
+    if largest < 0x10000000000000000:
+        return 3
+    raise ValueError(f"{largest} does not fit in 8 bytes")
+
+
+_STRUCTS: dict[tuple[int, int], struct.Struct] = {}
+
+
+def _ints(count: int, code: int) -> struct.Struct:
+    """The struct of ``count`` unsigned integers of width ``code``, made once."""
+    found = _STRUCTS.get((count, code))
+    if found is None:
+        found = _STRUCTS[count, code] = struct.Struct(f"<{count}{_FORMATS[code]}")
+    return found
+
+
+def _pack_ints(values: Sequence[int]) -> tuple[int, bytes]:
+    code = _width_of(max(values))
+    return code, _ints(len(values), code).pack(*values)
+
+
+def _encoder(field: Field) -> Any:
+    """values (none of them None) -> (width code, bytes)."""
+    if field.kind is str:
+
+        def encode_str(values: Sequence[str]) -> tuple[int, bytes]:
+            encoded = [value.encode() for value in values]
+            code = _width_of(max(len(e) for e in encoded))
+            return code, b"".join(len(e).to_bytes(_WIDTHS[code], "little") + e for e in encoded)
+
+        return encode_str
+    if field.kind is float:
+        steps, offset = field.steps, field.offset
+        return lambda values: _pack_ints([round(value * steps) - offset for value in values])
+    if field.lower:
+        lower = int(field.lower)
+        return lambda values: _pack_ints([value - lower for value in values])
+    return _pack_ints  # unsigned integers and booleans as they are
+
+
+@dataclass(frozen=True, slots=True)
+class _Decoder:
+    field: Field
+
+    def read(self, packed: bytes, offset: int, count: int, width: int) -> tuple[list[Any], int]:
+        if self.field.kind is str:
+            values = []
+            for _ in range(count):
+                size = int.from_bytes(packed[offset : offset + width], "little")
+                offset += width
+                values.append(packed[offset : offset + size])
+                offset += size
+            return values, offset
+        return list(_ints(count, _WIDTHS.index(width)).unpack_from(packed, offset)), offset + count * width
+
+    def convert(self, values: list[Any]) -> list[Any]:
+        kind = self.field.kind
+        if kind is str:
+            return [bytes(value).decode() for value in values]
+        if kind is float:
+            steps, offset = self.field.steps, self.field.offset
+            return [(value + offset) / steps for value in values]
+        if kind is bool:
+            return [value == 1 for value in values]
+        lower = int(self.field.lower)
+        return [value + lower for value in values] if lower else values
