@@ -12,9 +12,11 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 
 class Launched:
-    def __init__(self, argv: list[str], env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, argv: list[str], env: Mapping[str, str] | None = None, *, executable: str = sys.executable
+    ) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, *argv],
+            [executable, *argv],
             cwd=BASE_DIR,
             env=env,
             stdin=subprocess.DEVNULL,
