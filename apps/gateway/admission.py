@@ -34,6 +34,7 @@ class Arrival:
     hello: protocol.Hello
     remote_addr: str | None
     at: datetime
+    channel_name: str = ""  # the consumer's, where commands for the node are sent (apps/gateway/push.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +70,13 @@ def welcome_all(arrivals: Sequence[Arrival]) -> list[Welcomed]:
                     simulated=arrival.hello.simulated,
                     connected_at=arrival.at,
                     remote_addr=arrival.remote_addr,
+                    channel_name=arrival.channel_name,
                 )
                 for arrival in _last_per_node(arrivals)
             ],
             update_conflicts=True,
             unique_fields=["node"],
-            update_fields=["agent_version", "protocol", "simulated", "connected_at", "remote_addr"],
+            update_fields=["agent_version", "protocol", "simulated", "connected_at", "remote_addr", "channel_name"],
         )
         cursors = sinks.stored_cursors_of(node_ids)
     commands = sinks.commands_on_connect(node_ids)
@@ -87,7 +89,9 @@ def record_disconnects(departures: Sequence[tuple[int, datetime]]) -> list[None]
     now = timezone.now()
     with transaction.atomic():
         for node_id, connected_at in departures:
-            NodeAgent.objects.filter(node_id=node_id, connected_at__lte=connected_at).update(disconnected_at=now)
+            NodeAgent.objects.filter(node_id=node_id, connected_at__lte=connected_at).update(
+                disconnected_at=now, channel_name=""
+            )
     return [None] * len(departures)
 
 

@@ -9,7 +9,8 @@ about its commands. A credential speaks for its own node, and its node's hardwar
 frames) is in guards.py.
 
 Commands reach the agent through the channel layer (``agent.deliver``, from apps/jobs by way of
-push.py); one that arrives before the Hello is dropped, since the Hello's own resend carries it.
+push.py), sent to this consumer's own channel, which the Hello records on the node's NodeAgent row;
+one that arrives before the Hello is dropped, since the Hello's own resend carries it.
 
 Every bad frame gets an Error reply with the protocol's code (and the frame's seq when it had
 one), is counted, and the connection goes on. Database work runs off the event loop; per message
@@ -237,7 +238,9 @@ class AgentConsumer(AsyncWebsocketConsumer):
             await self._refuse_impersonation(hello.hostname, "hello")
             return
         self.connected_at = timezone.now()
-        welcomed = await admission.welcome(admission.Arrival(self.node, hello, self.remote_addr, self.connected_at))
+        welcomed = await admission.welcome(
+            admission.Arrival(self.node, hello, self.remote_addr, self.connected_at, self.channel_name)
+        )
         self.said_hello = True
         self.stored: dict[protocol.Stream, int] = {"telemetry": welcomed.telemetry_seq, "events": welcomed.events_seq}
         sinks.forget_stored_seq(self.node.pk)  # an admin may have reset the node's seqs since it was last here

@@ -233,6 +233,12 @@ class NodeAgent(models.Model):
     connected_at = models.DateTimeField(null=True, blank=True, editable=False)
     disconnected_at = models.DateTimeField(null=True, blank=True, editable=False)
     remote_addr = models.GenericIPAddressField(null=True, blank=True, editable=False)
+    channel_name = models.CharField(
+        max_length=200,
+        blank=True,
+        editable=False,
+        help_text="The channel-layer channel of the consumer holding the agent's socket; empty when none.",
+    )
     buffered_samples = models.PositiveBigIntegerField(
         default=0, editable=False, help_text="Samples the agent held, not yet acknowledged, when it last said."
     )

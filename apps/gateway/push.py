@@ -8,6 +8,7 @@ from channels.layers import get_channel_layer
 from redis.exceptions import RedisError
 
 from apps.core.events import CommandsDispatched
+from apps.gateway.models import NodeAgent
 
 logger = logging.getLogger(__name__)
 
@@ -37,16 +38,25 @@ def _tell_agent(node_id: int, message: dict[str, object]) -> None:
 def deliver_commands(event: CommandsDispatched) -> None:
     """Carry committed commands and cancels (apps/jobs) to their nodes' sockets, all in one trip.
 
-    A frame that does not arrive (no socket, Redis away) is not retried here: the command's row says it
-    is unanswered, and apps/jobs sends it again, or after the agent's next Hello. A channel layer that
-    fails raises, and the event bus logs and counts it."""
+    Each frame goes to the channel of the consumer holding its node's socket (``NodeAgent.channel_name``,
+    recorded at the Hello), not to the node's group: a group lives in Redis, and a Redis restarted empty
+    forgets it while the socket stays up, so commands sent to the group would reach nobody until the
+    agent happened to reconnect; a channel is only a key that the consumer reads, which a send creates
+    again. A node with no socket is skipped. A frame that does not arrive is not retried here: the
+    command's row says it is unanswered, and apps/jobs sends it again, or after the agent's next Hello.
+    A channel layer that fails raises, and the event bus logs and counts it."""
+    node_ids = {node_id for node_id, _ in event.frames}
+    channels = dict(
+        NodeAgent.objects.filter(node_id__in=node_ids).exclude(channel_name="").values_list("node_id", "channel_name")
+    )
 
     async def send_all() -> None:
         layer = get_channel_layer()
         await asyncio.gather(
             *(
-                layer.group_send(agent_group(node_id), {"type": "agent.deliver", "frame": frame.decode()})
+                layer.send(channels[node_id], {"type": "agent.deliver", "frame": frame.decode()})
                 for node_id, frame in event.frames
+                if node_id in channels
             )
         )
 

@@ -5,7 +5,8 @@ Hello, and a report about another node's command is refused and counted."""
 import pytest
 
 from agents import protocol
-from apps.gateway.models import GatewayCounter
+from apps.gateway.models import GatewayCounter, NodeAgent
+from apps.gateway.push import agent_group
 from apps.inventory.choices import Liveness
 from apps.inventory.models import Node
 from apps.jobs.choices import CommandState, RunState
@@ -56,6 +57,23 @@ async def test_a_command_reaches_its_nodes_agent_and_its_reports_end_the_run(con
     commands = await in_db(lambda: list(Command.objects.filter(run=run).values_list("state", "fraction", "step")))()
     assert commands == [(CommandState.SUCCEEDED, 1.0, "GPU counters"), (CommandState.SUCCEEDED, 1.0, "")]
     assert (await in_db(Run.objects.get)(pk=run.pk)).state == RunState.SUCCEEDED
+
+
+async def test_a_command_reaches_a_socket_that_outlived_a_redis_which_forgot_its_groups(
+    connect_agent,  # noqa: F811
+    redis_channel_layer,
+):
+    """Redis restarted empty: the node's group is gone, the consumer and its socket are not."""
+    node, credential = await in_db(enrolled_node)()
+    agent = await connect_agent(credential, node.hostname)
+    await agent.hello()
+    channel = await in_db(lambda: NodeAgent.objects.get(node=node).channel_name)()
+    await redis_channel_layer.group_discard(agent_group(node.pk), channel)
+
+    run = await in_db(launch)([node], [Step("health")])
+    command = await receive_command(agent)
+
+    assert command.key == await in_db(lambda: Command.objects.get(run=run).key)()
 
 
 async def test_a_command_sent_while_the_agent_was_away_goes_out_after_its_hello(connect_agent):  # noqa: F811
