@@ -74,11 +74,12 @@ def busy_node(cluster: Cluster, node_type: NodeType, rack: Rack | None = None) -
 
 
 def busy_fleet() -> Callable[..., None]:
-    """Two clusters, h100-east (racked) and h100-west, and a server process's ingest totals; the function
-    returned adds a busy node to each cluster (or ``nodes`` of them)."""
+    """Two clusters, h100-east (racked) and h100-west, a server process's ingest totals and a refused
+    connection; the function returned adds a busy node to each cluster (or ``nodes`` of them)."""
     node_type = factories.node_type(nics=0)
     east, west = factories.cluster("h100-east"), factories.cluster("h100-west")
     rack = Rack.objects.create(cluster=east, name="r01")
+    GatewayCounter.add({(None, CounterCode.UNAUTHORIZED): (1, "revoked credential")}, timezone.now())
     IngestProcess.objects.create(
         process="cp-1:100",
         updated_at=timezone.now(),

@@ -72,7 +72,40 @@ def test_an_unknown_cluster_is_a_400_naming_the_parameter(api_client, fleet):
     assert response.content.decode() == "# cluster: no cluster named h100-a; the clusters are h100-east, h100-west.\n"
 
 
-@pytest.mark.parametrize("query", ["", "?cluster=h100-east"])
+CONTROL_PLANE_FAMILIES = {
+    "controlplane_ingest_gpu_samples_total",
+    "controlplane_ingest_lag_seconds",
+    "controlplane_gateway_refused_connections_total",
+}
+
+
+def test_nodes_0_is_the_control_planes_own_series_only_and_a_cluster_has_none_of_them(api_client, fleet):
+    fleet()
+    client = api_client(Role.VIEWER)
+    own = families(client.get("/metrics?nodes=0").content.decode())
+    assert set(own) >= CONTROL_PLANE_FAMILIES
+    assert not set(own) & set(NODE_FAMILIES)
+    assert not CONTROL_PLANE_FAMILIES & set(families(client.get("/metrics?cluster=h100-east").content.decode()))
+    assert CONTROL_PLANE_FAMILIES | set(NODE_FAMILIES) <= set(families(client.get("/metrics?nodes=1").content.decode()))
+
+
+@pytest.mark.parametrize(
+    ("query", "answer"),
+    [
+        ("nodes=yes", "# nodes: expected 0 (only the control plane's own series) or 1 (the default), not 'yes'.\n"),
+        (
+            "nodes=0&cluster=h100-east",
+            "# cluster: a scrape without nodes' series (nodes=0) has none of a cluster.\n",
+        ),
+    ],
+)
+def test_a_nodes_it_cannot_read_is_a_400_naming_the_parameter(api_client, fleet, query, answer):
+    fleet()
+    response = api_client(Role.VIEWER).get(f"/metrics?{query}")
+    assert (response.status_code, response.content.decode()) == (400, answer)
+
+
+@pytest.mark.parametrize("query", ["", "?cluster=h100-east", "?nodes=0"])
 def test_it_answers_in_the_same_number_of_queries_for_any_fleet_size(api_client, fleet, query):
     client = api_client(Role.VIEWER)
     client.get("/metrics")  # the token's first use is recorded once; not part of the comparison

@@ -12,6 +12,11 @@ makes a fixed number of queries whatever the fleet's size, and filters by cluste
 (``Scrape.within``). A collector that finds the scrape's request wrong (a cluster that does not exist)
 raises ``ScrapeError``, which the view answers with a 400 naming the parameter. A family without
 samples is left out altogether, as a field no GPU reported.
+
+A collector is registered with its ``Scope``: the series of nodes, or those of the control plane itself
+(its server processes' ingest, connections that named no node). A scrape limited to clusters gets only
+the nodes' (each cluster's target carries its own); ``?nodes=0`` gets only the control plane's, the
+cheap target that goes with per-cluster ones.
 """
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -69,6 +74,7 @@ class ScrapeError(ValueError):
 class Scrape:
     now: datetime
     clusters: frozenset[str] = field(default_factory=frozenset)  # empty: every cluster
+    nodes: bool = True  # False: only the series of no node (``?nodes=0``)
 
     def within(self, queryset: QuerySet[M], cluster_name: str) -> QuerySet[M]:
         """``queryset`` limited to the scrape's clusters; ``cluster_name`` is the lookup of the cluster's name."""
@@ -76,23 +82,32 @@ class Scrape:
 
 
 Collector = Callable[[Scrape], Iterable[Family]]
+# What a collector's series are about: nodes (every series has a node's labels, and a cluster filter
+# applies), or the control plane itself (a server process, a refused connection: no cluster's, so a
+# scrape limited to clusters leaves them out, else every cluster's target would carry the same series).
+Scope = Literal["nodes", "control_plane"]
 
 
 class Registry:
     def __init__(self) -> None:
-        self._collectors: list[Collector] = []
+        self._collectors: dict[Collector, Scope] = {}
 
-    def register(self, collector: Collector) -> None:
-        if collector not in self._collectors:
-            self._collectors.append(collector)
+    def register(self, collector: Collector, scope: Scope = "nodes") -> None:
+        self._collectors.setdefault(collector, scope)
 
     @property
     def collectors(self) -> tuple[Collector, ...]:
         return tuple(self._collectors)
 
     def collect(self, scrape: Scrape) -> list[Family]:
-        """Every collector's families, in the order the apps registered them. Raises ``ScrapeError``."""
-        return [family for collector in self._collectors for family in collector(scrape) if family.samples]
+        """The families of every collector the scrape asks for, in the order the apps registered them.
+        Raises ``ScrapeError``."""
+        wanted = (
+            collector
+            for collector, scope in self._collectors.items()
+            if (scrape.nodes if scope == "nodes" else not scrape.clusters)
+        )
+        return [family for collector in wanted for family in collector(scrape) if family.samples]
 
     def render(self, scrape: Scrape) -> str:
         lines: list[str] = []

@@ -22,4 +22,5 @@ class GatewayConfig(AppConfig):
         process.add(inventory_thread)
         # Commands and cancels for agents (apps/jobs), once committed, to their nodes' sockets.
         events.subscribe(events.CommandsDispatched, deliver_commands)
-        registry.register(metrics.collect)  # what the gateway refused, in /metrics
+        registry.register(metrics.collect)  # what the gateway refused, and the agents' buffers, in /metrics
+        registry.register(metrics.collect_before_a_node, scope="control_plane")

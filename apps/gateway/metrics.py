@@ -1,12 +1,12 @@
 """The gateway's part of ``/metrics``: what it refused from each node's agent (a malformed, oversize or
 invalid frame, a node speaking for another, ...), by the protocol's error code, from its counters
 (GatewayCounter); and what each agent last said of its buffer (NodeAgent: samples it holds for the
-server, samples it lost from a full buffer). Refused connections that named no node carry no node
-labels and, belonging to no cluster, are left out of a scrape limited with ``?cluster=``."""
+server, samples it lost from a full buffer). What it refused before a node was known (a connection
+with a missing, invalid or revoked credential) is the control plane's series
+(``collect_before_a_node``): no node's labels, and no cluster's.
+"""
 
 from collections.abc import Iterator
-
-from django.db.models import F
 
 from apps.core.metrics import Family, Scrape, labels
 from apps.gateway.models import GatewayCounter, NodeAgent
@@ -15,19 +15,15 @@ from apps.inventory.metrics import node_label_fields, node_labels
 
 def collect(scrape: Scrape) -> Iterator[Family]:
     """Two queries."""
-    counters = GatewayCounter.objects.all()
-    if scrape.clusters:
-        counters = scrape.within(counters, "node__cluster__name")
-    rows = counters.order_by(F("node__hostname").asc(nulls_first=True), "code").values_list(
-        *node_label_fields("node__"), "code", "count"
-    )
+    counters = scrape.within(GatewayCounter.objects.filter(node__isnull=False), "node__cluster__name")
+    rows = counters.order_by("node__hostname", "code").values_list(*node_label_fields("node__"), "code", "count")
     yield Family(
         "controlplane_gateway_refused_messages_total",
         "counter",
-        "Messages and connections the gateway refused, by the protocol's error code (the agent's data in a "
+        "Messages the gateway refused from the node's agent, by the protocol's error code (the data in a "
         "refused frame is lost).",
         [
-            (labels((*(node_labels(host, cluster, rack) if host else ()), ("code", code))), count)
+            (labels((*node_labels(host, cluster, rack), ("code", code))), count)
             for host, cluster, rack, code, count in rows
         ],
     )
@@ -48,4 +44,15 @@ def collect(scrape: Scrape) -> Iterator[Family]:
         "counter",
         "Samples the node's agent lost from a full buffer (the control plane away too long), as it last said.",
         [(label, dropped) for label, _, dropped in rows],
+    )
+
+
+def collect_before_a_node(scrape: Scrape) -> Iterator[Family]:
+    """One query."""
+    rows = GatewayCounter.objects.filter(node__isnull=True).order_by("code").values_list("code", "count")
+    yield Family(
+        "controlplane_gateway_refused_connections_total",
+        "counter",
+        "Connections the gateway refused before a node was known (a missing, invalid or revoked credential).",
+        [(labels((("code", code),)), count) for code, count in rows],
     )

@@ -18,4 +18,4 @@ class TelemetryConfig(AppConfig):
         registry.register(dcgm.collect)
         registry.register(xids.collect)
         registry.register(infiniband.collect)
-        registry.register(ingest_health.collect)
+        registry.register(ingest_health.collect, scope="control_plane")

@@ -1,5 +1,5 @@
 """/metrics, the gateway's part: what it refused from each node's agent, by the protocol's error code;
-refused connections that named no node only in a scrape of every cluster."""
+what it refused before a node was known as the control plane's own series, in no cluster's scrape."""
 
 import pytest
 from django.utils import timezone
@@ -12,6 +12,7 @@ from tests.prometheus import scrape, series
 pytestmark = pytest.mark.django_db
 
 FAMILY = "controlplane_gateway_refused_messages_total"
+BEFORE_A_NODE = "controlplane_gateway_refused_connections_total"
 
 
 def test_it_counts_what_the_gateway_refused_by_node_and_code():
@@ -23,8 +24,8 @@ def test_it_counts_what_the_gateway_refused_by_node_and_code():
     GatewayCounter.add({(node.pk, CounterCode.INVALID): (1, "NaN in temp_c")}, now)
     parsed = scrape()
     assert parsed[FAMILY].type == "counter"
-    assert series(parsed, FAMILY, "Hostname", "cluster", "code") == {
-        ("", "", "unauthorized"): 2,
-        ("gpu-007", "h100-east", "invalid"): 4,
-    }
-    assert series(scrape("h100-east"), FAMILY, "Hostname", "code") == {("gpu-007", "invalid"): 4}
+    assert series(parsed, FAMILY, "Hostname", "cluster", "code") == {("gpu-007", "h100-east", "invalid"): 4}
+    assert series(parsed, BEFORE_A_NODE, "code") == {("unauthorized",): 2}
+    east = scrape("h100-east")
+    assert series(east, FAMILY, "Hostname", "code") == {("gpu-007", "invalid"): 4}
+    assert BEFORE_A_NODE not in east

@@ -15,8 +15,8 @@ from tests.prometheus import busy_fleet, exported_names
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana" / "gpu-fleet-dashboard.json"
 GRAFANA_VARIABLES = {"$cluster": ".*", "$Hostname": ".*", "$gpu": ".*", "$__rate_interval": "1m"}
 NODE_FILTER = 'cluster=~"$cluster",Hostname=~"$Hostname"'
-# Series of no node: a server process's ingest, a cluster's quarantine breaker.
-NOT_OF_A_NODE = re.compile(r"^controlplane_(ingest_|quarantine_breaker_)")
+# Series of no node: a server process's ingest, a cluster's quarantine breaker, refused connections.
+NOT_OF_A_NODE = re.compile(r"^controlplane_(ingest_|quarantine_breaker_|gateway_refused_connections_)")
 
 
 def dashboard() -> dict:

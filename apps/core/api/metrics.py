@@ -2,8 +2,10 @@
 
 ``?cluster=<name>`` (repeatable) limits the export to those clusters' nodes: at 1,000 nodes one
 response is about 300,000 lines, so a site with several clusters scrapes each as a target of its
-own. A cluster that does not exist is a 400 naming the parameter, so a typo in a scrape config shows
-as a failing target rather than as an empty one.
+own, and ``?nodes=0`` as one more: the control plane's own series (its ingest, connections refused
+before a node was known), which belong to no cluster. A cluster that does not exist, or a ``nodes``
+other than 0 or 1, is a 400 naming the parameter, so a typo in a scrape config shows as a failing
+target rather than as an empty one.
 
 Authentication: an API token (any role) in ``Authorization: Bearer``; Prometheus sends it with
 ``authorization: {credentials: ...}`` in its scrape config.
@@ -55,11 +57,22 @@ class MetricsView(APIView):
 
     @extend_schema(exclude=True)
     def get(self, request: Request) -> Response:
-        scrape = Scrape(timezone.now(), frozenset(request.query_params.getlist("cluster")))
         try:
-            text = registry.render(scrape)
+            text = registry.render(_scrape(request))
         except ScrapeError as error:
             return Response(
                 f"# {error.parameter}: {error}\n", status=status.HTTP_400_BAD_REQUEST, content_type=CONTENT_TYPE
             )
         return Response(text, content_type=CONTENT_TYPE)
+
+
+def _scrape(request: Request) -> Scrape:
+    clusters = frozenset(request.query_params.getlist("cluster"))
+    nodes = request.query_params.get("nodes", "1")
+    if nodes not in ("0", "1"):
+        raise ScrapeError(
+            "nodes", f"expected 0 (only the control plane's own series) or 1 (the default), not {nodes!r}."
+        )
+    if clusters and nodes == "0":
+        raise ScrapeError("cluster", "a scrape without nodes' series (nodes=0) has none of a cluster.")
+    return Scrape(timezone.now(), clusters, nodes=nodes == "1")

@@ -3,8 +3,8 @@ time and backlog, from the rows every ingestor writes every few seconds (IngestP
 Prometheus reaches exports every process's, labelled ``process`` (``host:pid``); one that wrote nothing
 for ``STALE_AFTER`` (stopped, or stored nothing) is left out, so its series go stale.
 
-These series belong to no cluster: a scrape limited with ``?cluster=`` leaves them out (else every
-cluster's target would carry the same series), so scrape the endpoint once without it for them.
+These series are the control plane's, of no cluster (registered so, apps/core/metrics.py): a scrape
+limited with ``?cluster=`` leaves them out, and ``?nodes=0`` has only them and their like.
 """
 
 from collections.abc import Iterator
@@ -48,9 +48,7 @@ FAMILIES = (
 
 
 def collect(scrape: Scrape) -> Iterator[Family]:
-    """One query; none for a scrape limited to clusters."""
-    if scrape.clusters:
-        return iter(())
+    """One query."""
     rows = IngestProcess.objects.filter(updated_at__gte=scrape.now - STALE_AFTER).order_by("process")
     processes = rows.values("process", *(column.field for column in FAMILIES))
     return by_column(FAMILIES, [(labels((("process", row["process"]),)), row) for row in processes])
