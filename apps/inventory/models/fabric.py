@@ -41,6 +41,13 @@ class Fabric(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def clean(self) -> None:
+        # The check constraint's rule, in words, before the database refuses it (a 409 otherwise).
+        if self.oversubscription_ratio is not None and self.oversubscription_ratio < 1:
+            raise ValidationError(
+                {"oversubscription_ratio": "At least 1.00 (non-blocking); 2.00 means 2:1 oversubscribed."}
+            )
+
 
 class SwitchQuerySet(models.QuerySet["Switch"]):
     def leaves_of(self, node: Node) -> "SwitchQuerySet":
