@@ -34,7 +34,9 @@ _WIDTHS: Final = (1, 2, 4, 8)
 _FORMATS: Final = "BHIQ"
 
 _SAME_CACHE: Final = 20_000  # one-value sections kept per packing (a few MB at most)
+_LAYOUT_CACHE: Final = 10_000  # section layouts kept per packing, by header and fields wanted
 Item = tuple[Any, ...]  # one item's values, in the packing's field order (None: absent)
+_Section = tuple[int, int, int, int, tuple[int, ...]]  # position, mode, width, offset, items that have it
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +66,7 @@ class Packing:
         # The encoded one-value sections met so far, by field and value: a node's limits, clocks and
         # zero counters are the same second after second, so they are encoded once.
         self._same: dict[tuple[int, Any], tuple[int, bytes]] = {}
+        self._layouts: dict[tuple[bytes, tuple[int, ...]], list[_Section | None]] = {}
         self._decoders = tuple(_Decoder(f) for f in fields)
 
     @classmethod
@@ -131,44 +134,68 @@ class Packing:
     ) -> tuple[int, list[Sequence[Any] | None]]:
         """``(items, [values of each wanted field, by item])``, the fields named by position; a field
         no item has is None rather than a column of Nones. ``stored``: the stored integers, not the
-        values (a float's count of resolution steps above its lower bound), which add up exactly."""
-        wanted = list(wanted)
-        positions = {position: i for i, position in enumerate(wanted)}
-        found: list[Sequence[Any] | None] = [None] * len(wanted)
+        values (a float's count of resolution steps above its lower bound), which add up exactly.
+
+        Where the wanted sections lie follows from the header alone unless a bitmap or a string comes
+        before them, so it is worked out once per header (a node's rows mostly share one)."""
+        wanted = tuple(wanted)
+        key = (bytes(packed[: 2 + (packed[0] + 1) // 2]), wanted)
+        sections = self._layouts.get(key)
+        if sections is None:
+            sections, fixed = self._sections(packed, wanted)
+            if fixed:
+                if len(self._layouts) > _LAYOUT_CACHE:
+                    self._layouts.clear()
+                self._layouts[key] = sections
+        count = packed[1]
+        found: list[Sequence[Any] | None] = []
+        for section in sections:
+            if section is None:
+                found.append(None)
+                continue
+            position, mode, width, offset, present = section
+            decoder = self._decoders[position]
+            values, _ = decoder.read(packed, offset, 1 if mode == SAME else len(present), width)
+            if not stored:
+                values = decoder.convert(values)
+            if mode == SAME:
+                found.append(values * count)
+            elif mode == EACH:
+                found.append(values)
+            else:
+                column: list[Any] = [None] * count
+                for i, value in zip(present, values, strict=True):
+                    column[i] = value
+                found.append(column)
+        return count, found
+
+    def _sections(self, packed: bytes, wanted: tuple[int, ...]) -> tuple[list[_Section | None], bool]:
+        """Where each wanted field's values lie (None: no item has it), and whether that follows from
+        the header alone."""
         count, fields = packed[1], min(packed[0], len(self.fields))
-        offset = 2 + (packed[0] + 1) // 2
-        last = max(wanted, default=-1)
-        for position in range(min(fields, last + 1)):
+        offset, fixed = 2 + (packed[0] + 1) // 2, True
+        found: dict[int, _Section] = {}
+        everyone = tuple(range(count))
+        for position in range(min(fields, max(wanted, default=-1) + 1)):
             nibble = packed[2 + position // 2] >> (4 * (position % 2)) & 0xF
             mode, width = nibble & 3, _WIDTHS[nibble >> 2]
             if mode == ABSENT:
                 continue
-            present = None
+            present = everyone
             if mode == SOME:
                 size = (count + 7) // 8
                 bits = int.from_bytes(packed[offset : offset + size], "little")
                 offset += size
-                present = [i for i in range(count) if bits >> i & 1]
-            values_count = 1 if mode == SAME else count if mode == EACH else len(present or ())
+                present = tuple(i for i in range(count) if bits >> i & 1)
+                fixed = False
+            found[position] = (position, mode, width, offset, present)
             decoder = self._decoders[position]
-            if position not in positions and decoder.field.kind is not str:
-                offset += values_count * width  # a number's section is skipped without reading it
-                continue
-            values, offset = decoder.read(packed, offset, values_count, width)
-            if position not in positions:
-                continue
-            if not stored:
-                values = decoder.convert(values)
-            if mode == SAME:
-                found[positions[position]] = values * count
-            elif mode == EACH:
-                found[positions[position]] = values
+            if decoder.field.kind is str:
+                _, offset = decoder.read(packed, offset, 1 if mode == SAME else len(present), width)
+                fixed = False
             else:
-                column: list[Any] = [None] * count
-                for i, value in zip(present or (), values, strict=True):
-                    column[i] = value
-                found[positions[position]] = column
-        return count, found
+                offset += (1 if mode == SAME else len(present)) * width
+        return [found.get(position) for position in wanted], fixed
 
     def position(self, name: str) -> int:
         return self.names.index(name)
