@@ -22,6 +22,7 @@ superseded, 4410 seqs reset, 4426 protocol version, 4429 too many errors) are
 ``agents.protocol.CloseCode``, which the agent reads too.
 """
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -78,6 +79,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
     credential: NodeCredential | None = None
     node: Node
     said_hello = False
+    discovery: "asyncio.Task[None] | None" = None  # the inventory being applied
     closing = False
     clock: Clock = LoopClock()  # what the error window reads; tests move their own
     wall_clock: Callable[[], float] = staticmethod(time.time)  # what an agent's timestamps are checked against
@@ -139,6 +141,8 @@ class AgentConsumer(AsyncWebsocketConsumer):
         if credential is None:
             return
         bookkeeper().disconnected(credential.pk)
+        if self.discovery is not None:  # an inventory the agent sent is applied, whether or not it stays
+            await asyncio.gather(self.discovery, return_exceptions=True)
         try:
             await self.channel_layer.group_discard(agent_group(self.node.pk), self.channel_name)
         finally:
@@ -195,10 +199,7 @@ class AgentConsumer(AsyncWebsocketConsumer):
                     await self._refuse_impersonation(message.host.hostname, "inventory")
                     return
                 bookkeeper().heard_from(self.node.pk)
-                try:
-                    await inventory_thread.run(apply_inventory)(self.node, message)
-                except IdentityConflict as conflict:
-                    await self._refuse_conflict(conflict)
+                self.discovery = asyncio.create_task(self._discover(self.discovery, message))
             case protocol.Telemetry():
                 bookkeeper().heard_from(self.node.pk)
                 self._check_frame(message, "telemetry")
@@ -261,6 +262,21 @@ class AgentConsumer(AsyncWebsocketConsumer):
         )
         for frame in welcomed.commands:
             await self._send_frame(frame.decode(), "command")
+
+    async def _discover(self, previous: "asyncio.Task[None] | None", inventory: protocol.Inventory) -> None:
+        """Apply an inventory beside the message loop, after the one before it: a node's telemetry does not
+        wait for its discovery (a fleet's first inventories, tens of queries each, queue on their thread)."""
+        if previous is not None:
+            await asyncio.gather(previous, return_exceptions=True)
+        try:
+            await inventory_thread.run(apply_inventory)(self.node, inventory)
+        except IdentityConflict as conflict:
+            await self._refuse_conflict(conflict)
+        except protocol.ProtocolError as exc:
+            await self._reply_error(exc.code, exc.message)
+        except Exception:
+            logger.exception("Failed to apply the inventory of %s", self.node.hostname)
+            await self._reply_error("internal", "The server failed to apply this inventory; it is logged.")
 
     # Refusals ----------------------------------------------------------------------------------
 

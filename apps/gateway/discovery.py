@@ -50,8 +50,12 @@ def apply_inventory(node: Node, inventory: protocol.Inventory, now: datetime | N
     if NodeAgent.objects.filter(node_id=node.pk).values_list("inventory", flat=True).first() == snapshot:
         return []
     with transaction.atomic():
-        node = Node.objects.select_for_update().select_related("node_type").get(pk=node.pk)
-        agent, _ = NodeAgent.objects.get_or_create(node=node)
+        # The agent row is the lock that puts two reports of one node in turn; not the node's row, which
+        # the gateway's bookkeeping updates every second (last_seen_at) for every node it heard from:
+        # locking it queued each inventory behind that update, and that update behind the inventories.
+        NodeAgent.objects.get_or_create(node=node)
+        agent = NodeAgent.objects.select_for_update(of=("self",)).select_related("node__node_type").get(node=node)
+        node = agent.node
         if agent.inventory == snapshot:
             return []
         check_claims(node, inventory)

@@ -1,11 +1,14 @@
 """Discovery upsert: what an agent reports becomes inventory rows, and what changed becomes a
 DiscoveryChange. Rows are slots and are never deleted."""
 
+import asyncio
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from agents import protocol
+from apps.gateway import consumers
 from apps.gateway.discovery import apply_inventory, vacant_uuid
 from apps.gateway.models import DiscoveryChange, NodeAgent
 from apps.inventory.choices import GpuState, LinkState
@@ -256,11 +259,35 @@ async def test_it_applies_an_inventory_sent_over_the_socket(connect_agent):
     reported = [gpu(i) for i in range(7)]  # slot 5 holds a new GPU, slot 7 is gone
 
     await agent.send(inventory(node, reported, [port("mlx5_0"), port("mlx5_1")], driver_version="550.54.15"))
-    await agent.roundtrip()
 
-    found = await in_db(changes)(node)
+    found = await eventually(lambda: changes(node))
     assert [kind for kind, _ in found] == ["gpu_swapped"] * 7 + ["gpu_removed"]
     swapped = await in_db(DiscoveryChange.objects.get)(node=node, subject="gpu5")
     assert (swapped.detail["old_uuid"], swapped.detail["new_uuid"]) == (old_uuid, UUIDS[5])
     assert await in_db(lambda: Gpu.objects.get(node=node, index=7).state)() == GpuState.MISSING
     assert await eventually(lambda: NetworkPort.objects.filter(node=node, link_state=LinkState.ACTIVE).count() == 2)
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_telemetry_is_acked_while_the_nodes_inventory_is_still_being_applied(connect_agent, monkeypatch):
+    """A fleet's first inventories queue on their thread: a node's telemetry does not wait behind its own."""
+    node, credential = await in_db(enrolled_node)("gpu-0301")
+    applying, release = threading.Event(), threading.Event()
+
+    def slow_apply(*args: object) -> list[DiscoveryChange]:
+        applying.set()
+        release.wait(timeout=10)
+        return apply_inventory(*args)
+
+    monkeypatch.setattr(consumers, "apply_inventory", slow_apply)
+    agent = await connect_agent(credential, "gpu-0301")
+    await agent.hello()
+    await agent.send(inventory(node, [gpu(i) for i in range(7)], []))
+    assert await asyncio.to_thread(applying.wait, 5)
+
+    assert (await agent.roundtrip()).seq == 1  # stored and acked, the inventory still under way
+    assert await in_db(changes)(node) == []
+    release.set()
+    found = await eventually(lambda: changes(node))
+    assert [kind for kind, _ in found] == ["gpu_swapped"] * 7 + ["gpu_removed"] + ["port_removed"] * 2
