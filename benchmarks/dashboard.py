@@ -28,7 +28,6 @@ benchmarks/telemetry.py, whose fleet and server helpers this reuses. The last li
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -40,21 +39,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.chromium import fresh_loads, signed_in_context
 from benchmarks.scratch_database import scratch_postgresql
-from benchmarks.telemetry import (
-    GPUS_PER_NODE,
-    REPO,
-    free_port,
-    percentile,
-    prepare_fleet,
-    server_environment,
-    settle,
-    start_fleet,
-    start_server,
-)
+from benchmarks.telemetry_harness import GPUS_PER_NODE, REPO, Fleet, Server, percentile, prepare_fleet, settle
 
 SCRATCH_DATABASE = "bench_dashboard"
 FRAME_BUDGET_MS = 16.0
 REPORTING_TIMEOUT_S = 240  # for every node's latest samples to be stored
+SETTLE_TIMEOUT_S = 120
 
 
 def reporting_nodes() -> int:
@@ -118,29 +108,24 @@ def main() -> None:
 
     redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
     with tempfile.TemporaryDirectory() as work, scratch_postgresql(SCRATCH_DATABASE):
-        credentials_file = Path(work) / "fleet.json"
-        port = free_port()
-        origin = f"http://127.0.0.1:{port}"
-        _, session = prepare_fleet(args.nodes, credentials_file, origin)
-        env = server_environment()
+        credentials, session = prepare_fleet(args.nodes)
+        server = Server(args.workers)
         subprocess.run(
-            [sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"], cwd=REPO, env=env, check=True
+            [sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"], cwd=REPO, env=server.env, check=True
         )
         from django.db import connections
 
         connections.close_all()
-        server = start_server(port, args.workers, env)
-        fleet = start_fleet(origin, credentials_file, args.nodes, 1.0, REPORTING_TIMEOUT_S + args.seconds + 120)
+        server.start()
+        fleet = Fleet(server.url, credentials, None, 1, Path(work), REPORTING_TIMEOUT_S + args.seconds + 120)
         try:
             connect_s = wait_for_fleet(args.nodes)
-            if not settle(fleet, args.nodes):
+            if not settle(fleet, args.nodes, SETTLE_TIMEOUT_S):
                 raise SystemExit("the server never stored the fleet's connect backlog: it is behind")
-            measured = measure_in_chromium(origin, session, loads=args.loads, seconds=args.seconds)
+            measured = measure_in_chromium(server.url, session, loads=args.loads, seconds=args.seconds)
         finally:
-            fleet.process.send_signal(signal.SIGINT)
-            fleet.process.wait(timeout=60)
-            server.send_signal(signal.SIGTERM)
-            server.wait(timeout=30)
+            fleet.kill()
+            server.stop()
 
     p95 = percentile(measured["updates"], 0.95)
     figures = {

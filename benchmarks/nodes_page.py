@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.chromium import fresh_loads, signed_in_context
 from benchmarks.scratch_database import scratch_postgresql
-from benchmarks.telemetry import GPUS_PER_NODE, REPO, free_port, percentile, server_environment, start_server
+from benchmarks.telemetry_harness import GPUS_PER_NODE, REPO, Server, percentile
 
 SCRATCH_DATABASE = "bench_nodes_page"
 FRAME_BUDGET_MS = 16.0
@@ -151,25 +151,23 @@ def main() -> None:
     redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
     with scratch_postgresql(SCRATCH_DATABASE):
         ids, session = build_fleet(args.nodes)
-        env = server_environment()
+        server = Server(1)
         subprocess.run(
-            [sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"], cwd=REPO, env=env, check=True
+            [sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"], cwd=REPO, env=server.env, check=True
         )
         from django.db import connections
 
         connections.close_all()
-        port = free_port()
-        server = start_server(port, 1, env)
+        server.start()
         stop = threading.Event()
         publisher = threading.Thread(target=publish_fleet, args=(ids, stop), daemon=True)
         publisher.start()
         try:
-            measured = measure_in_chromium(f"http://127.0.0.1:{port}", session, loads=args.loads, seconds=args.seconds)
+            measured = measure_in_chromium(server.url, session, loads=args.loads, seconds=args.seconds)
         finally:
             stop.set()
             publisher.join(timeout=10)
-            server.terminate()
-            server.wait(timeout=30)
+            server.stop()
 
     loads = measured["loads"]
     p95 = percentile(measured["updates"], 0.95)

@@ -1,49 +1,50 @@
 """The issue's telemetry figures, end to end: the simulated fleet (``cp-agent simulate``, each node a
 real WebSocket client) against the control plane (uvicorn) on PostgreSQL and Redis, all on 127.0.0.1.
 
-1. Steady state: N nodes × 8 GPUs at 1 sample/s for ``--seconds``. Ingest rate (GPU rows stored per
-   second once every node is connected), GPU samples sent (the simulator's own count of node samples
-   taken and not left unacknowledged, × 8) against GPU samples stored (in ``NodeGpuSample`` rows), and the
-   latency from a sample's timestamp on the agent (``ts`` of a ``ws/live`` delta) to its arrival in
-   browser WebSockets: several node-detail pages, each watching one node (the headline figure), and
-   one page holding several node streams. A client gets at most one delta a second for everything it
-   watches, so on the several-node page a sample of one node can wait up to a second for the others'
-   turn: that page's figure is reported apart (``latency_multi_node_page_*``).
-2. Saturation: the same fleet at 0.5 s (2x: 16,000 samples/s at 1,000 nodes) for
-   ``--saturation-seconds``; if anything is lost or the server falls behind, slower rates are tried.
-   The highest rate sustained with nothing lost is reported.
-3. ``copy_ratio`` (benchmarks/copy_ratio.py) and the agent's own cost (benchmarks/agent_cost.py, with
-   the simulated collector).
+1. Fleet sizes (``--sizes``, default 250, 500 and 1,000 below ``--nodes``): each connected on its
+   own at 1 sample/s for ``--size-seconds``; the server's CPU per GPU sample stored, so its growth
+   with the fleet shows.
+2. The whole fleet (``--nodes``, default 2,000) at 1 sample/s. Connecting is part of the figure: from
+   the fleet's start (the server is answering) until every node has a sample stored
+   (``connect_all_s``, target 60 s). Once the connect's backlog is stored, ``--seconds`` of steady
+   state: ingest rate, CPU, latency from a sample's timestamp on the agent (``ts`` of a ``ws/live``
+   delta) to its arrival in browser WebSockets: several node-detail pages, each watching one node
+   (the headline figure), and one page holding several node streams (at most one delta a second
+   for everything it watches, so a sample can wait up to a second for the others' turn: reported
+   apart). Then the server is restarted (SIGTERM, started again on its port): the seconds it did
+   not answer, and from its answering until every node has stored a sample again
+   (``reconnect_all_s``). The fleet stops; GPU samples sent (the simulator's count of samples taken
+   and not left unacknowledged, x 8) against GPU samples stored, the restart included: 0 lost.
+3. Saturation, searched upward: the whole fleet at 1.25x, 1.5x, 2x ... the steady rate
+   (``--saturation-steps``) for ``--saturation-seconds`` each, until samples are lost, the server
+   falls behind or the node pages' p99 passes 1 s. The highest rate sustained is reported.
+4. ``copy_ratio`` (benchmarks/copy_ratio.py) and the agent's own cost (benchmarks/agent_cost.py).
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python benchmarks/telemetry.py
-        [--nodes 1000] [--seconds 60] [--saturation-seconds 30] [--skip-saturation] [--workers 2]
+        [--nodes 2000] [--seconds 60] [--sizes 250,500,1000] [--size-seconds 20]
+        [--saturation-steps 1.25,1.5,2,2.5,3,4] [--saturation-seconds 30] [--skip-saturation]
+        [--skip-restart] [--workers 2] [--fleet-processes 2] [--skip-others]
 
-Two uvicorn processes are the default: on the 2-core box, at 1,000 nodes, one process fell behind in
-the steady state (its connect backlog never cleared) and stored at most ~12,300 samples/s; two
-stored 8,000/s with nothing lost and ~15,500/s at saturation.
+Two uvicorn processes and two simulator processes are the default: the simulator's asyncio clients
+take one core per process at most, and at 2,000 nodes one process of them is near it. Every figure
+is printed next to the machine's load average (the machine is shared).
 
-The database is a scratch one created next to the one ``DATABASE_URL`` names and dropped at the end;
-Redis is ``REDIS_URL`` (default database 10 of the local Redis; flushed first). Targets: 8,000
-samples/s sustained with zero lost, p99 latency under 1 s, saturation >= 16,000 samples/s, copy_ratio
->= 0.5, agent under 1 % of a core and 60 MB. The last line printed is JSON.
+The database is a scratch one (``--scratch-database``, default ``bench_telemetry``) created next to the
+one ``DATABASE_URL`` names and dropped at the end; Redis is ``REDIS_URL`` (default database 10 of the
+local Redis; flushed first). The last line printed is JSON.
 """
 
 import argparse
 import json
 import os
-import re
 import secrets
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from typing import TypeVar
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -51,406 +52,294 @@ os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/10")
 os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
 
 from benchmarks.scratch_database import scratch_postgresql  # noqa: E402
-
-GPUS_PER_NODE = 8
-WATCHED_NODES = 5
-SCRATCH_DATABASE = "bench_telemetry"
-CONNECT_TIMEOUT_S = 180  # for the whole fleet to connect and report
-DRAIN_TIMEOUT_S = 30  # after the fleet stops, for what it sent to be stored
-SETTLE_TIMEOUT_S = 120
-SETTLED_BUFFERED_PER_NODE = 2
-SATURATION_INTERVALS = (0.5, 0.625, 0.8)  # 2x, 1.6x, 1.25x the steady rate
-SUMMARY = re.compile(
-    r"fleet: (\d+) node\(s\), (\d+) connected, (\d+) dead; (\d+) samples taken, (\d+) buffered, (\d+) dropped"
+from benchmarks.telemetry_harness import (  # noqa: E402
+    GPUS_PER_NODE,
+    Browser,
+    Fleet,
+    Server,
+    cpu_seconds,
+    last_json_line,
+    machine_load,
+    percentile,
+    prepare_fleet,
+    settle,
+    stored_gpu_samples,
+    telemetry_cursors,
+    wait_until_reporting,
 )
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
+WATCHED_NODES = 5
+CONNECT_TIMEOUT_S = 180  # a backstop: the figure is connect_all_s, the target 60 s
+DRAIN_TIMEOUT_S = 60  # after the fleet stops, for what it sent to be stored
+SETTLE_TIMEOUT_S = 120
+AFTER_RESTART_S = 10  # the fleet goes on this long once every node reports again
+LATENCY_LIMIT_MS = 1000
+FLEET_SIZES = (250, 500, 1000)
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-    return total
-
-
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and its children (uvicorn --workers runs the workers as children)."""
-    children = Path(f"/proc/{pid}/task/{pid}/children")
-    found = [pid]
-    if children.exists():
-        for child in children.read_text().split():
-            found.extend(process_tree(int(child)))
-    return found
-
-
-# The control plane ---------------------------------------------------------------------------------
-
-
-def scratch_database_url() -> str:
-    from django.db import connection
-
-    parts = urlsplit(os.environ["DATABASE_URL"])
-    return urlunsplit(parts._replace(path=f"/{connection.settings_dict['NAME']}"))
-
-
-def prepare_fleet(nodes: int, credentials_file: Path, server_url: str) -> tuple[list[int], str]:
-    """N nodes with server-issued credentials (written for ``cp-agent simulate``) and a viewer's session."""
-    import msgspec
-    from django.test import Client
-
-    from agents.config import FleetCredentials, SimulatedNodeCredential, websocket_url
-    from agents.durable import write_private_file
-    from apps.accounts.models import User
-    from apps.gateway.models import NodeCredential
-    from apps.inventory.models import Gpu, Node
-    from tests import factories
-
-    cluster, node_type = factories.cluster("bench"), factories.node_type("bench-h100")
-    Node.objects.bulk_create(
-        Node(hostname=f"bench-{number:04d}", cluster=cluster, node_type=node_type) for number in range(1, nodes + 1)
-    )
-    rows = list(Node.objects.filter(cluster=cluster).order_by("hostname"))
-    Gpu.objects.bulk_create(
-        Gpu(node=node, index=index, uuid=factories.gpu_uuid(), model=node_type.gpu_model)
-        for node in rows
-        for index in range(GPUS_PER_NODE)
-    )
-    fleet = FleetCredentials(server_ws_url=websocket_url(server_url))
-    for node in rows:
-        fleet.nodes.append(SimulatedNodeCredential(node.hostname, node.pk, NodeCredential.issue(node)[1]))
-    viewer = User.objects.create_user("bench-viewer", password=secrets.token_urlsafe(16), role="viewer")
-    browser = Client()
-    browser.force_login(viewer)
-    write_private_file(credentials_file, msgspec.json.encode(fleet))
-    return [node.pk for node in rows], browser.cookies["sessionid"].value
-
-
-def server_environment() -> dict[str, str]:
-    """The control plane's environment: the scratch database, production settings over plain HTTP."""
-    env = {
-        **os.environ,
-        "DATABASE_URL": scratch_database_url(),
-        "DEBUG": "false",
-        "ALLOWED_HOSTS": "127.0.0.1,localhost",
-        "SECURE_SSL_REDIRECT": "false",
-        "SECURE_COOKIES": "false",
-        "PYTHONPATH": str(REPO),
-    }
-    env.pop("TEST_DATABASE_NAME", None)
-    return env
-
-
-def start_server(port: int, workers: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "uvicorn", "controlplane.asgi:application", "--host", "127.0.0.1"]
-    command += ["--port", str(port), "--lifespan", "on", "--log-level", "warning", "--workers", str(workers)]
-    server = subprocess.Popen(command, cwd=REPO, env=env, stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return server
-        except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("the control plane did not start") from None
-            time.sleep(0.2)
-
-
-def stored_rows() -> int:
-    """GPU samples stored (each node row holds its GPUs' samples)."""
-    from apps.telemetry.models import NodeGpuSample
-
-    return NodeGpuSample.objects.item_count()
-
-
-# The fleet -----------------------------------------------------------------------------------------
+T = TypeVar("T")
 
 
 @dataclass
-class FleetRun:
-    process: subprocess.Popen[str]
-    summaries: list[tuple[int, ...]] = field(default_factory=list)
-    lines: list[str] = field(default_factory=list)
-
-    def follow(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.append(line.rstrip())
-            if match := SUMMARY.search(line):
-                self.summaries.append(tuple(int(value) for value in match.groups()))
-
-    @property
-    def connected(self) -> int:
-        return self.summaries[-1][1] if self.summaries else 0
-
-
-def start_fleet(server: str, credentials_file: Path, nodes: int, interval: float | None, duration: float) -> FleetRun:
-    command = [sys.executable, "-m", "agents.cli", "--log-level", "info", "simulate", "--server", server]
-    command += ["--credentials-file", str(credentials_file), "--nodes", str(nodes), "--profile", "h100", "--seed", "1"]
-    command += ["--duration", str(duration)] + (["--interval", str(interval)] if interval else [])
-    process = subprocess.Popen(
-        command, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    run = FleetRun(process)
-    threading.Thread(target=run.follow, daemon=True).start()
-    return run
-
-
-def finish(run: FleetRun) -> tuple[int, int, int]:
-    """Wait for the fleet to stop by itself; its final (samples taken, buffered, dropped)."""
-    if run.process.wait(timeout=120) != 0:
-        raise SystemExit("the simulator failed:\n" + "\n".join(run.lines[-30:]))
-    time.sleep(0.5)  # the reader thread reaches the last line
-    _, _, _, taken, buffered, dropped = run.summaries[-1]
-    return taken, buffered, dropped
-
-
-def wait_for_drain(expected_rows: int) -> int:
-    deadline = time.monotonic() + DRAIN_TIMEOUT_S
-    while (stored := stored_rows()) < expected_rows and time.monotonic() < deadline:
-        time.sleep(0.5)
-    return stored
+class Restart:
+    down_s: float
+    reconnect_all_s: float | None
 
 
 @dataclass
 class Phase:
-    interval: float
+    name: str
     nodes: int
-    offered_per_s: float
+    interval: float
+    connect_all_s: float | None
     sent: int
     stored: int
     dropped: int
-    buffered_at_end: int
-    rate_per_s: float
-    server_cpu_percent: float
-    fleet_cpu_percent: float
+    window_s: float
+    window_stored: int
+    server_cpu_s: float
+    fleet_cpu_s: float
     caught_up: bool  # the connect's backlog was stored before the window began
+    latencies_ms: list[float]
+    load: float
+    restart: Restart | None = None
+
+    @property
+    def offered_per_s(self) -> float:
+        return self.nodes * GPUS_PER_NODE / self.interval
+
+    @property
+    def rate_per_s(self) -> float:
+        return self.window_stored / self.window_s
 
     @property
     def lost(self) -> int:
         return max(0, self.sent - self.stored) + self.dropped * GPUS_PER_NODE
 
     @property
+    def p99_ms(self) -> float | None:
+        return percentile(self.latencies_ms, 0.99)
+
+    @property
+    def server_cpu_us_per_sample(self) -> float | None:
+        return round(1e6 * self.server_cpu_s / self.window_stored, 1) if self.window_stored else None
+
+    @property
     def sustained(self) -> bool:
-        return self.caught_up and self.lost == 0 and self.rate_per_s >= 0.97 * self.offered_per_s
+        fast_enough = self.p99_ms is not None and self.p99_ms < LATENCY_LIMIT_MS
+        return self.caught_up and self.lost == 0 and self.rate_per_s >= 0.97 * self.offered_per_s and fast_enough
+
+    def summary(self) -> dict:
+        return {
+            "nodes": self.nodes,
+            "offered_per_s": round(self.offered_per_s),
+            "stored_per_s": round(self.rate_per_s),
+            "lost": self.lost,
+            "latency_p99_ms": self.p99_ms,
+            "server_cpu_percent": round(100 * self.server_cpu_s / self.window_s),
+            "server_cpu_us_per_sample": self.server_cpu_us_per_sample,
+            "fleet_cpu_percent": round(100 * self.fleet_cpu_s / self.window_s),
+            "connect_all_s": _rounded(self.connect_all_s),
+            "caught_up": self.caught_up,
+            "load_1m": self.load,
+        }
 
 
-def settle(run: FleetRun, nodes: int) -> bool:
-    """Wait until the backlog of the fleet's connect (1,000 discoveries, replays) is stored: every node
-    holds at most a couple of unacknowledged samples. False if it never gets there (the server is behind)."""
-    deadline = time.monotonic() + SETTLE_TIMEOUT_S
-    seen = len(run.summaries)
-    while time.monotonic() < deadline:
-        if len(run.summaries) > seen and run.summaries[-1][4] <= SETTLED_BUFFERED_PER_NODE * nodes:
-            return True
-        time.sleep(0.5)
-    return False
+class Bench:
+    def __init__(self, args: argparse.Namespace, work: Path) -> None:
+        self.args, self.work = args, work
+        self.credentials, session = prepare_fleet(args.nodes)
+        from django.db import connections
+
+        connections.close_all()
+        self.server = Server(args.workers)
+        self.server.start()
+        smallest = min([args.nodes, *self.sizes])
+        watched = [node_id for _, node_id, _ in self.credentials[: smallest : max(1, smallest // WATCHED_NODES)]]
+        self.node_pages = [Browser(self.server.port, session, [node_id]) for node_id in watched[:WATCHED_NODES]]
+        self.multi_node_page = Browser(self.server.port, session, watched[:WATCHED_NODES])
+        self.browsers = [*self.node_pages, self.multi_node_page]
+        for page in self.browsers:
+            page.start()
+
+    @property
+    def sizes(self) -> list[int]:
+        return [size for size in self.args.sizes if size < self.args.nodes]
+
+    def close(self) -> None:
+        for page in self.browsers:
+            page.stopping.set()
+        for page in self.browsers:
+            page.join(timeout=5)
+        self.server.stop()
+
+    def measure(self, phase: str | None) -> None:
+        for page in self.browsers:
+            page.phase = phase
+
+    def run_phase(self, name: str, nodes: int, interval: float, seconds: float, *, restart: bool = False) -> Phase:
+        """Connect ``nodes`` nodes, measure ``seconds`` of steady state (then restart the server if asked),
+        stop the fleet, count what arrived."""
+        credentials = self.credentials[:nodes]
+        node_ids = [node_id for _, node_id, _ in credentials]
+        rows_before, cursors_before = stored_gpu_samples(), telemetry_cursors()
+        duration = 2 * CONNECT_TIMEOUT_S + seconds + SETTLE_TIMEOUT_S  # it is stopped before; this is a backstop
+        fleet = Fleet(self.server.url, credentials, interval, self.args.fleet_processes, self.work, duration)
+        try:
+            connect_all_s = wait_until_reporting(node_ids, cursors_before, CONNECT_TIMEOUT_S)
+            if connect_all_s is None:
+                reporting = sum(telemetry_cursors().get(i, 0) > cursors_before.get(i, 0) for i in node_ids)
+                raise SystemExit(f"{name}: only {reporting} of {nodes} nodes reporting after {CONNECT_TIMEOUT_S} s")
+            caught_up = settle(fleet, nodes, SETTLE_TIMEOUT_S)
+            self.measure(name)
+            window_start, rows_start = time.monotonic(), stored_gpu_samples()
+            cpu_start = self.server.cpu(), cpu_seconds(fleet.pids())
+            time.sleep(seconds)
+            window_s, rows_end = time.monotonic() - window_start, stored_gpu_samples()
+            server_cpu, fleet_cpu = self.server.cpu() - cpu_start[0], cpu_seconds(fleet.pids()) - cpu_start[1]
+            self.measure(None)
+            load = machine_load()
+            restarted = self._restart(node_ids) if restart else None
+            if failure := fleet.failed():
+                raise SystemExit(failure)
+            taken, buffered, dropped = fleet.stop()
+        except BaseException:  # a fleet left running would load the next run (or another benchmark) for minutes
+            fleet.kill()
+            raise
+        sent = (taken - buffered) * GPUS_PER_NODE
+        stored = self._drain(rows_before + sent) - rows_before
+        latencies = [latency for page in self.node_pages for latency in page.latencies_ms.get(name, [])]
+        phase = Phase(
+            name, nodes, interval, connect_all_s, sent, stored, dropped, window_s, rows_end - rows_start,
+            server_cpu, fleet_cpu, caught_up, latencies, load, restarted,
+        )  # fmt: skip
+        print(f"{name}: {json.dumps(phase.summary())}", flush=True)
+        return phase
+
+    def _restart(self, node_ids: list[int]) -> Restart:
+        down_s = self.server.restart()
+        since = telemetry_cursors()
+        reconnect_all_s = wait_until_reporting(node_ids, since, CONNECT_TIMEOUT_S)
+        time.sleep(AFTER_RESTART_S)
+        return Restart(down_s, reconnect_all_s)
+
+    def _drain(self, expected_rows: int) -> int:
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        while (stored := stored_gpu_samples()) < expected_rows and time.monotonic() < deadline:
+            time.sleep(2)
+        return stored
 
 
-def run_phase(
-    server_url: str,
-    credentials_file: Path,
-    nodes: int,
-    interval: float,
-    seconds: float,
-    server: subprocess.Popen,
-    on_window: Callable[[bool], None] | None = None,
-) -> Phase:
-    """Connect the fleet, measure ``seconds`` of steady state, let it stop, count what arrived."""
-    rows_before = stored_rows()
-    started = time.monotonic()
-    duration = CONNECT_TIMEOUT_S + seconds + 30  # it is stopped after the window; this is a backstop
-    run = start_fleet(server_url, credentials_file, nodes, interval if interval != 1.0 else None, duration)
-    try:
-        while run.connected < nodes:
-            if run.process.poll() is not None or time.monotonic() - started > CONNECT_TIMEOUT_S:
-                raise SystemExit(f"only {run.connected} of {nodes} nodes connected:\n" + "\n".join(run.lines[-20:]))
-            time.sleep(0.5)
-        caught_up = settle(run, nodes)
-        if on_window is not None:
-            on_window(True)
-        window_start, rows_start = time.monotonic(), stored_rows()
-        cpu_start = cpu_seconds(process_tree(server.pid)), cpu_seconds([run.process.pid])
-        time.sleep(seconds)
-        elapsed, rows_end = time.monotonic() - window_start, stored_rows()
-        server_cpu = cpu_seconds(process_tree(server.pid)) - cpu_start[0]
-        fleet_cpu = cpu_seconds([run.process.pid]) - cpu_start[1]
-        if on_window is not None:
-            on_window(False)
-        run.process.send_signal(signal.SIGTERM)
-        taken, buffered, dropped = finish(run)
-    except BaseException:  # a fleet left running would load the next run (or another benchmark) for minutes
-        run.process.kill()
-        raise
-    sent = (taken - buffered) * GPUS_PER_NODE
-    stored = wait_for_drain(rows_before + sent) - rows_before
-    return Phase(
-        interval=interval,
-        nodes=nodes,
-        offered_per_s=nodes * GPUS_PER_NODE / interval,
-        sent=sent,
-        stored=stored,
-        dropped=dropped,
-        buffered_at_end=buffered,
-        rate_per_s=(rows_end - rows_start) / elapsed,
-        server_cpu_percent=100 * server_cpu / elapsed,
-        fleet_cpu_percent=100 * fleet_cpu / elapsed,
-        caught_up=caught_up,
-    )
+def _rounded(value: float | None) -> float | None:
+    return round(value, 1) if value is not None else None
 
 
-# The browser ---------------------------------------------------------------------------------------
+def numbers(kind: Callable[[str], T]) -> Callable[[str], list[T]]:
+    """An argument of comma-separated values: ``250,500,1000``."""
 
+    def parse(text: str) -> list[T]:
+        return [kind(part) for part in text.split(",") if part]
 
-class Browser(threading.Thread):
-    """A viewer's page subscribed to a few node streams; the age of each delta's ``ts`` on arrival."""
-
-    def __init__(self, port: int, session: str, node_ids: list[int]) -> None:
-        super().__init__(daemon=True, name="browser")
-        self.port, self.session, self.node_ids = port, session, node_ids
-        self.latencies_ms: list[float] = []
-        self.measuring = False
-        self.stopping = threading.Event()
-
-    def measure(self, on: bool) -> None:
-        self.measuring = on
-
-    def run(self) -> None:
-        from websockets.sync.client import connect
-
-        url, origin = f"ws://127.0.0.1:{self.port}/ws/live", f"http://127.0.0.1:{self.port}"
-        with connect(url, origin=origin, additional_headers={"Cookie": f"sessionid={self.session}"}) as page:
-            for node_id in self.node_ids:
-                page.send(json.dumps({"subscribe": "node", "node": node_id}))
-            while not self.stopping.is_set():
-                try:
-                    message = json.loads(page.recv(timeout=1))
-                except TimeoutError:
-                    continue
-                arrived = time.time()
-                if message.get("type") != "delta" or not self.measuring:
-                    continue
-                for state in message.get("nodes", {}).values():
-                    if "ts" in state:
-                        self.latencies_ms.append(1000 * (arrived - state["ts"]))
-
-
-def percentile(values: list[float], share: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(share * len(ordered)))], 1)
-
-
-# The other figures ---------------------------------------------------------------------------------
-
-
-def last_json_line(argv: list[str]) -> dict:
-    """Run one of the other benchmarks; what its last line says."""
-    output = subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True, check=True).stdout
-    return json.loads(output.strip().splitlines()[-1])
+    return parse
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", type=int, default=1000, help="simulated nodes, 8 GPUs each (default 1000)")
+    parser.add_argument("--nodes", type=int, default=2000, help="simulated nodes, 8 GPUs each (default 2000)")
     parser.add_argument("--seconds", type=float, default=60, help="steady state measured (default 60)")
+    parser.add_argument("--sizes", type=numbers(int), default=list(FLEET_SIZES), help="smaller fleets, for CPU")
+    parser.add_argument("--size-seconds", type=float, default=20, help="each smaller fleet measured (default 20)")
+    parser.add_argument("--saturation-steps", type=numbers(float), default=[1.25, 1.5, 2, 2.5, 3, 4])
     parser.add_argument("--saturation-seconds", type=float, default=30, help="each saturation try (default 30)")
     parser.add_argument("--skip-saturation", action="store_true")
+    parser.add_argument("--skip-restart", action="store_true", help="no server restart in the steady phase")
+    parser.add_argument("--skip-others", action="store_true", help="no copy_ratio.py and agent_cost.py")
     parser.add_argument("--workers", type=int, default=2, help="uvicorn worker processes (default 2)")
+    parser.add_argument("--fleet-processes", type=int, default=2, help="simulator processes (default 2)")
     parser.add_argument("--agent-seconds", type=float, default=30, help="agent cost measured (default 30)")
+    parser.add_argument("--scratch-database", default="bench_telemetry", help="default bench_telemetry")
     args = parser.parse_args()
 
     import redis
 
     redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
-    figures: dict = {"simulated": True, "nodes": args.nodes, "gpus": args.nodes * GPUS_PER_NODE}
-    with tempfile.TemporaryDirectory() as work, scratch_postgresql(SCRATCH_DATABASE):
-        credentials_file = Path(work) / "fleet.json"
-        port = free_port()
-        server_url = f"http://127.0.0.1:{port}"
-        node_ids, session = prepare_fleet(args.nodes, credentials_file, server_url)
-        env = server_environment()
-        from django.db import connections
-
-        connections.close_all()
-        server = start_server(port, args.workers, env)
-        watched = node_ids[:: max(1, len(node_ids) // WATCHED_NODES)][:WATCHED_NODES]
-        node_pages = [Browser(port, session, [node_id]) for node_id in watched]
-        multi_node_page = Browser(port, session, watched)
-        browsers = [*node_pages, multi_node_page]
-
-        def measure(on: bool) -> None:
-            for page in browsers:
-                page.measure(on)
-
+    load_at_start = machine_load()
+    with tempfile.TemporaryDirectory() as work, scratch_postgresql(args.scratch_database):
+        bench = Bench(args, Path(work))
         try:
-            for page in browsers:
-                page.start()
-            steady = run_phase(server_url, credentials_file, args.nodes, 1.0, args.seconds, server, measure)
+            sizes = [bench.run_phase(f"size-{size}", size, 1.0, args.size_seconds) for size in bench.sizes]
+            steady = bench.run_phase("steady", args.nodes, 1.0, args.seconds, restart=not args.skip_restart)
             saturation: list[Phase] = []
-            if not args.skip_saturation:
-                for interval in SATURATION_INTERVALS:
-                    saturation.append(
-                        run_phase(server_url, credentials_file, args.nodes, interval, args.saturation_seconds, server)
-                    )
-                    if saturation[-1].sustained:
-                        break
+            for step in [] if args.skip_saturation else args.saturation_steps:
+                saturation.append(bench.run_phase(f"x{step:g}", args.nodes, 1 / step, args.saturation_seconds))
+                if not saturation[-1].sustained:
+                    break
+            multi_page = bench.multi_node_page.latencies_ms.get("steady", [])
         finally:
-            for page in browsers:
-                page.stopping.set()
-            for page in browsers:
-                page.join(timeout=5)
-            server.send_signal(signal.SIGTERM)
-            server.wait(timeout=30)
-    copy = last_json_line([str(REPO / "benchmarks" / "copy_ratio.py")])  # on a fresh scratch database of its own
-    agent = last_json_line([str(REPO / "benchmarks" / "agent_cost.py"), "--duration", str(args.agent_seconds)])
+            bench.close()
+    others = {}
+    if not args.skip_others:
+        copy = last_json_line([str(REPO / "benchmarks" / "copy_ratio.py")])  # a fresh scratch database of its own
+        agent = last_json_line([str(REPO / "benchmarks" / "agent_cost.py"), "--duration", str(args.agent_seconds)])
+        others = {
+            "copy_ratio": copy["copy_ratio"],
+            "agent_cpu_percent": agent["agent_cpu_percent"],
+            "agent_rss_mb": agent["agent_rss_mb"],
+            "agent_collector": agent["collector"],
+        }
+    report(args, steady, sizes, saturation, multi_page, others, load_at_start)
 
-    sustained = [phase for phase in saturation if phase.sustained]
-    node_page_latencies = [latency for page in node_pages for latency in page.latencies_ms]
-    figures.update(
-        samples_per_s=round(steady.rate_per_s),
-        samples_sent=steady.sent,
-        samples_stored=steady.stored,
-        samples_lost=steady.lost,
-        latency_p50_ms=percentile(node_page_latencies, 0.5),
-        latency_p99_ms=percentile(node_page_latencies, 0.99),
-        latency_deltas=len(node_page_latencies),
-        latency_multi_node_page_p50_ms=percentile(multi_node_page.latencies_ms, 0.5),
-        latency_multi_node_page_p99_ms=percentile(multi_node_page.latencies_ms, 0.99),
-        saturation_samples_per_s=round(max(phase.offered_per_s for phase in sustained)) if sustained else None,
-        saturation_tries=[
-            {
-                "offered_per_s": round(phase.offered_per_s),
-                "stored_per_s": round(phase.rate_per_s),
-                "lost": phase.lost,
-                "server_cpu_percent": round(phase.server_cpu_percent),
-            }
-            for phase in saturation
-        ],
-        copy_ratio=copy["copy_ratio"],
-        agent_cpu_percent=agent["agent_cpu_percent"],
-        agent_rss_mb=agent["agent_rss_mb"],
-        agent_collector=agent["collector"],
-        server_workers=args.workers,
-        server_cpu_percent=round(steady.server_cpu_percent),
-        fleet_cpu_percent=round(steady.fleet_cpu_percent),
-        measured_s=args.seconds,
-        caught_up=steady.caught_up,
-    )
+
+def report(
+    args: argparse.Namespace,
+    steady: Phase,
+    sizes: list[Phase],
+    saturation: list[Phase],
+    multi_page: list[float],
+    others: dict,
+    load_at_start: float,
+) -> None:
+    sustained = [phase.offered_per_s for phase in [steady, *saturation] if phase.sustained]
+    restart = steady.restart
+    figures = {
+        "simulated": True,
+        "nodes": args.nodes,
+        "gpus": args.nodes * GPUS_PER_NODE,
+        "connect_all_s": _rounded(steady.connect_all_s),
+        "samples_per_s": round(steady.rate_per_s),
+        "samples_sent": steady.sent,
+        "samples_stored": steady.stored,
+        "samples_lost": steady.lost,
+        "latency_p50_ms": percentile(steady.latencies_ms, 0.5),
+        "latency_p99_ms": steady.p99_ms,
+        "latency_deltas": len(steady.latencies_ms),
+        "latency_multi_node_page_p50_ms": percentile(multi_page, 0.5),
+        "latency_multi_node_page_p99_ms": percentile(multi_page, 0.99),
+        "restart_down_s": _rounded(restart.down_s) if restart else None,
+        "reconnect_all_s": _rounded(restart.reconnect_all_s) if restart else None,
+        "saturation_samples_per_s": round(max(sustained)) if sustained else None,
+        "saturation_tries": [phase.summary() for phase in saturation],
+        "server_cpu_us_per_sample": {str(phase.nodes): phase.server_cpu_us_per_sample for phase in [*sizes, steady]},
+        "fleet_sizes": [phase.summary() for phase in sizes],
+        "server_workers": args.workers,
+        "fleet_processes": args.fleet_processes,
+        "server_cpu_percent": round(100 * steady.server_cpu_s / steady.window_s),
+        "fleet_cpu_percent": round(100 * steady.fleet_cpu_s / steady.window_s),
+        "measured_s": args.seconds,
+        "caught_up": steady.caught_up,
+        "load_1m_at_start": load_at_start,
+        "load_1m_steady": steady.load,
+        "load_1m_at_end": machine_load(),
+        **others,
+    }
     print(f"fleet:        {args.nodes} simulated nodes x 8 GPUs, 1 sample/s, {args.seconds:g} s measured")
-    print(f"ingest:       {figures['samples_per_s']:,} GPU samples/s stored (target 8,000 at 1,000 nodes)")
-    if not steady.caught_up:
-        print(f"              (the fleet's connect backlog was not stored within {SETTLE_TIMEOUT_S} s: behind)")
+    print(f"              (machine load {load_at_start} at the start, {steady.load} in the steady state)")
+    print(f"connect:      every node reporting {figures['connect_all_s']} s after the fleet started (target 60)")
+    print(f"ingest:       {figures['samples_per_s']:,} GPU samples/s stored; caught up: {steady.caught_up}")
+    if restart:
+        print(
+            f"restart:      server down {figures['restart_down_s']} s; every node reporting again "
+            f"{figures['reconnect_all_s']} s after it answered (target 60)"
+        )
     print(f"sent/stored:  {steady.sent:,} / {steady.stored:,} GPU samples, {steady.lost:,} lost (target 0)")
     print(f"latency:      p50 {figures['latency_p50_ms']} ms, p99 {figures['latency_p99_ms']} ms agent -> browser")
     print(f"              ({figures['latency_deltas']} deltas on {WATCHED_NODES} one-node pages; target p99 < 1000)")
@@ -458,16 +347,22 @@ def main() -> None:
         f"              one page watching {WATCHED_NODES} nodes: p50 {figures['latency_multi_node_page_p50_ms']} ms, "
         f"p99 {figures['latency_multi_node_page_p99_ms']} ms (one delta a second for all of them)"
     )
+    for phase in [*sizes, steady]:
+        print(
+            f"server CPU:   {phase.nodes:>5} nodes: {phase.server_cpu_us_per_sample} us per GPU sample "
+            f"({100 * phase.server_cpu_s / phase.window_s:.0f} % of a core; load {phase.load})"
+        )
     for phase in saturation:
         verdict = "sustained" if phase.sustained else "NOT sustained"
         print(
             f"saturation:   offered {phase.offered_per_s:,.0f}/s, stored {phase.rate_per_s:,.0f}/s, "
-            f"{phase.lost:,} lost, server CPU {phase.server_cpu_percent:.0f} %: {verdict}"
+            f"{phase.lost:,} lost, p99 {phase.p99_ms} ms, "
+            f"server CPU {100 * phase.server_cpu_s / phase.window_s:.0f} %: {verdict} (load {phase.load})"
         )
-    print(f"copy_ratio:   {copy['copy_ratio']:.3f} (target >= 0.5)")
-    print(f"agent:        {agent['agent_cpu_percent']:.3f} % of a core, {agent['agent_rss_mb']:.1f} MB RSS")
-    print(f"              (collector: {agent['collector']}; targets < 1 %, < 60 MB)")
-    print(f"server:       {args.workers} uvicorn process(es), {steady.server_cpu_percent:.0f} % CPU in steady state")
+    print(f"saturation:   {figures['saturation_samples_per_s']} GPU samples/s sustained (target >= 32,000)")
+    if others:
+        print(f"copy_ratio:   {others['copy_ratio']:.3f} (target >= 0.5)")
+        print(f"agent:        {others['agent_cpu_percent']:.3f} % of a core, {others['agent_rss_mb']:.1f} MB RSS")
     print(json.dumps(figures))
 
 
