@@ -2,15 +2,14 @@
 server's, and ``cp-agent`` runs in a fresh virtual environment that has no Django at all."""
 
 import importlib.util
-import shutil
 import subprocess
-import sys
 import tomllib
-import venv
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from tests.packaging import venv_with_wheel
 
 AGENTS = Path(__file__).resolve().parents[2] / "agents"
 AGENT_DEPENDENCIES = {"msgspec", "websockets", "nvidia-ml-py"}
@@ -45,22 +44,7 @@ def test_every_agent_subpackage_is_in_the_distribution():
 def agent_venv(tmp_path_factory) -> Path:
     """A fresh venv with the agent's wheel installed --no-deps, plus its three dependencies only."""
     work = tmp_path_factory.mktemp("agent-install")
-    source = work / "agents"
-    shutil.copytree(AGENTS, source, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"))
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", work / "dist", source],
-        check=True,
-        capture_output=True,
-    )
-    (wheel,) = (work / "dist").glob("gpu_controlplane_agent-*.whl")
-    target = work / "venv"
-    venv.create(target, with_pip=False)
-    python = target / "bin" / "python"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--python", python, "install", "--quiet", "--no-deps", "--no-index", wheel],
-        check=True,
-        capture_output=True,
-    )
+    target = venv_with_wheel(AGENTS, work)
     # The dependencies, from this environment, without a network: one directory holding just them.
     dependencies = work / "dependencies"
     dependencies.mkdir()

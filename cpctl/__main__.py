@@ -1,0 +1,5 @@
+import sys
+
+from cpctl.cli import main
+
+sys.exit(main())
