@@ -62,6 +62,7 @@ def test_it_fills_in_development_safe_settings():
     assert environment["SECRET_KEY_FILE"] == str(VAR_DIR / "secret_key")
     assert environment["CONTROLPLANE_VAR_DIR"] == str(VAR_DIR)
     assert environment["REDIS_URL"] == "redis://127.0.0.1:6379/1"
+    assert environment["BURNIN_ON_ENROLLMENT"] == "quick"  # the fleet burns in as it first comes online
 
 
 def test_it_keeps_values_from_the_environment():
