@@ -6,11 +6,13 @@ from agents import protocol
 from apps.jobs import reports
 from apps.jobs.models import Command
 
-T = time.time()  # the agent's clock: as the server's
+T = time.time()  # a time of the agent's clock (the server's), for reports whose time matters not
 
 
-def started(command: Command, *, repeat: bool = False) -> None:
-    reports.command_started(command.node_id, protocol.CommandStarted(key=command.key, started=T, repeat=repeat))
+def started(command: Command, *, repeat: bool = False, at: float | None = None) -> None:
+    """The agent started it now (``at``: then), by its clock, which is the server's."""
+    message = protocol.CommandStarted(key=command.key, started=at or time.time(), repeat=repeat)
+    reports.command_started(command.node_id, message)
 
 
 def finished(command: Command, exit_code: int | None = 0, **fields: object) -> None:

@@ -34,7 +34,7 @@ def reload(command: Command) -> Command:
 
 
 def test_a_started_command_is_running_once_however_often_the_agent_says_so(sent, heard):
-    started(sent)
+    started(sent, at=T)
     started(sent, repeat=True)
 
     assert reload(sent).state == CommandState.RUNNING
