@@ -15,7 +15,9 @@ one that arrives before the Hello is dropped, since the Hello's own resend carri
 Every bad frame gets an Error reply with the protocol's code (and the frame's seq when it had
 one), is counted, and the connection goes on. Database work runs off the event loop; per message
 there is none besides what the message stores: liveness, error counts and revocation checks are
-batched for all connections of the process (bookkeeping.py).
+batched for all connections of the process (bookkeeping.py), and so is a connection's work at its
+start and end (admission.py). An inventory is applied beside the message loop, so a node's
+telemetry never waits for its discovery.
 
 The close codes it uses (1011 a bug of its own, 4401 credential refused, 4403 impersonation, 4409
 superseded, 4410 seqs reset, 4426 protocol version, 4429 too many errors) are
