@@ -191,7 +191,7 @@ class Measured:
 def rows_in(response) -> int:
     """What the answer holds: rows of a JSON list, or the bytes of a page (which grow with its rows)."""
     if response["Content-Type"].startswith("text/html"):
-        return len(response.content)
+        return len(b"".join(response) if response.streaming else response.content)
     body = response.json()
     if isinstance(body, dict) and "results" in body:
         return len(body["results"])

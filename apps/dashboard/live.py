@@ -26,13 +26,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from channels import DEFAULT_CHANNEL_LAYER
-from channels.layers import BaseChannelLayer, channel_layers
+from channels.layers import BaseChannelLayer
 
 from agents.protocol import NodeSample
 from apps.core.events import TelemetryStored
 from apps.core.process import ProcessPart
 from apps.dashboard import watchers
+from apps.dashboard.loops import LoopThread
 from apps.dashboard.messages import FLEET_GROUP, fleet_entry, node_group, node_update
 
 log = logging.getLogger(__name__)
@@ -43,20 +43,10 @@ MAX_CONCURRENT_SENDS = 32
 
 @dataclass
 class _Sender:
-    """An event loop on a thread of its own, with a channel layer of its own: Redis connections no
-    other loop touches."""
+    """The publisher's own loop and channel layer, and the round of sends under way on it."""
 
-    loop: asyncio.AbstractEventLoop
-    thread: threading.Thread
-    layer: BaseChannelLayer
-    round: asyncio.Task[None] | None = None  # the round of sends under way, on ``loop``
-
-    @classmethod
-    def start(cls) -> "_Sender":
-        loop = asyncio.new_event_loop()
-        thread = threading.Thread(target=_run_until_stopped, args=(loop,), name="live-publisher", daemon=True)
-        thread.start()  # daemon: a process without a lifespan exits without stopping it
-        return cls(loop, thread, channel_layers.make_backend(DEFAULT_CHANNEL_LAYER))  # the settings then in force
+    own: LoopThread
+    round: asyncio.Task[None] | None = None
 
     async def round_done(self) -> None:
         if self.round is not None:
@@ -95,7 +85,7 @@ class LivePublisher(ProcessPart):
                 if current is None or current.ts <= newest.ts:
                     self._nodes[node_id] = newest
             sender = self._started()
-        sender.loop.call_soon_threadsafe(self._start_round, sender)
+        sender.own.loop.call_soon_threadsafe(self._start_round, sender)
 
     def start(self) -> None:
         with self._lock:
@@ -107,20 +97,19 @@ class LivePublisher(ProcessPart):
             sender, self._sender = self._sender, None
         if sender is None:
             return
-        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(sender.round_done(), sender.loop))
-        sender.loop.call_soon_threadsafe(sender.loop.stop)
-        await asyncio.to_thread(sender.thread.join)
+        await asyncio.wrap_future(sender.own.submit(sender.round_done()))
+        await sender.own.stop()
         self._watched, self._watched_read_at = None, float("-inf")
 
     def _started(self) -> _Sender:
         """The sender, started if it is not (called holding the lock)."""
         if self._sender is None:
-            self._sender = _Sender.start()
+            self._sender = _Sender(LoopThread.start("live-publisher"))
         return self._sender
 
     def _start_round(self, sender: _Sender) -> None:
         if sender.round is None or sender.round.done():
-            sender.round = sender.loop.create_task(self._run(sender.layer), name="live-publisher-round")
+            sender.round = sender.own.loop.create_task(self._run(sender.own.layer), name="live-publisher-round")
 
     async def _run(self, layer: BaseChannelLayer) -> None:
         loop = asyncio.get_running_loop()
@@ -161,10 +150,3 @@ class LivePublisher(ProcessPart):
         if failures and not self._failing:  # logged once per outage, not once per round; counted always
             log.warning("Live telemetry: %d of %d group sends failed: %s", len(failures), len(messages), failures[0])
         self._failing = bool(failures)
-
-
-def _run_until_stopped(loop: asyncio.AbstractEventLoop) -> None:
-    try:
-        loop.run_forever()
-    finally:
-        loop.close()  # on its own thread, where channels_redis can close the loop's connections as it closes

@@ -7,15 +7,18 @@
 - ``snapshot_thread``: where fleet snapshots are read, one at a time (apps/dashboard/consumers.py says why).
 - ``telemetry``: stored telemetry to browsers (apps/dashboard/live.py), on an event loop of its own.
 - ``changes``: node and failure changes to browsers (apps/dashboard/publish.py), with what it last sent.
+- ``fleet``: the fleet as the stream says it is now (apps/dashboard/fleet_mirror.py), for the fleet
+  page's first drawing.
 
-Shut down, they send what is noted, stop the publisher's loop, close the snapshot thread's connection
-and forget what was sent; the totals stay.
+Shut down, they send what is noted, stop the publisher's and the mirror's loops, close the snapshot
+thread's connection and forget what was sent and mirrored; the totals stay.
 """
 
 from collections import Counter
 from dataclasses import dataclass, field
 
 from apps.core.process import DatabaseThread, ProcessPart
+from apps.dashboard.fleet_mirror import FleetMirror
 from apps.dashboard.live import LivePublisher
 from apps.dashboard.publish import ChangePublisher
 
@@ -37,12 +40,15 @@ class LiveStreams(ProcessPart):
         self.snapshot_thread = DatabaseThread("live-snapshot")
         self.telemetry = LivePublisher()
         self.changes = ChangePublisher()
+        self.fleet = FleetMirror(self.snapshot_thread)
 
     def start(self) -> None:
         self.telemetry.start()
+        self.fleet.start()
 
     async def shutdown(self) -> None:
         await self.telemetry.shutdown()
+        await self.fleet.shutdown()
         await self.snapshot_thread.shutdown()
         self.changes.forget()
 

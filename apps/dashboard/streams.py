@@ -5,8 +5,15 @@ Fleet entry (one per node): ``hostname, lifecycle, liveness, alarms, severity, a
 straggler_gpus`` and, once the node has reported, ``ts, gpus, util_gpu_mean, power_w_total,
 temp_c_max, heat`` (as apps/dashboard/messages.py summarises a sample: ``heat`` holds each GPU's
 heatmap cell). Node state: ``hostname, lifecycle, liveness, alarms, severity, ts``,
-``gpus`` (by index: apps/dashboard/messages.py's LIVE_GPU_FIELDS) and ``failures`` (by id, as the REST
-API's failure serializer writes them: the node's active failures, then every change published).
+``gpus`` (by index: apps/dashboard/messages.py's LIVE_GPU_FIELDS and the ``ts`` of that GPU's newest
+values, so that a GPU that stopped reporting shows its last values as stale) and ``failures`` (by id,
+as the REST API's failure serializer writes them: the node's active failures, then every change
+published).
+
+A fleet entry sums up the GPUs that report now: a GPU whose newest sample is more than
+``stale_after_s()`` older than its node's newest (it fell off the bus, or the agent stopped seeing
+it) is left out of the snapshot as it is out of every live entry, instead of lending the node its
+last numbers as current ones.
 
 ``alarms`` counts the node's open or acknowledged failures that are not side effects of another
 (what the failures feed shows); ``severity`` is the worst of them, or null; ``alarm_gpus`` lists the
@@ -18,8 +25,10 @@ a dashboard shows no more, and a wattage that moved by 0.01 W is not worth a byt
 """
 
 from collections import defaultdict
+from datetime import timedelta
 from typing import Any, NamedTuple
 
+from django.conf import settings
 from django.db import connection
 from django.db.models import QuerySet
 
@@ -34,6 +43,12 @@ from apps.telemetry.models import LatestGpuSample
 FLEET_TELEMETRY_FIELDS = ("ts", "gpus", "util_gpu_mean", "power_w_total", "temp_c_max", "heat")
 ALARM_FIELDS = ("severity", "gpu_index", "kind")
 NODE_FIELDS = ("hostname", "lifecycle", "liveness")
+
+
+def stale_after_s() -> int:
+    """A value older than this is not a value of now: a node silent this long is called unreachable
+    (``AGENT_UNREACHABLE_AFTER_S``), and the pages show values this old as stale, with their age."""
+    return settings.AGENT_UNREACHABLE_AFTER_S
 
 
 def rounded(value: Any) -> Any:
@@ -70,8 +85,12 @@ def fleet_fragment(entry: dict[str, Any]) -> Tree:
 
 def node_fragment(update: dict[str, Any]) -> Tree:
     """A ``telemetry.node`` message (apps/dashboard/messages.py node_update) as a node state fragment."""
-    gpus = {str(gpu["index"]): {field: rounded(gpu[field]) for field in LIVE_GPU_FIELDS} for gpu in update["gpus"]}
-    return {"ts": rounded_ts(update["ts"]), "gpus": gpus}
+    ts = rounded_ts(update["ts"])
+    gpus = {
+        str(gpu["index"]): {field: rounded(gpu[field]) for field in LIVE_GPU_FIELDS} | {"ts": ts}
+        for gpu in update["gpus"]
+    }
+    return {"ts": ts, "gpus": gpus}
 
 
 def failure_payload(failure: Failure) -> Tree:
@@ -103,12 +122,14 @@ def _stored_fleet_telemetry() -> dict[int, Tree]:
 
 
 def _python_fleet_telemetry() -> dict[int, Tree]:
+    newest = {node_id: summary["ts"] for node_id, summary in LatestGpuSample.objects.node_summaries().items()}
+    reporting = timedelta(seconds=stale_after_s())
     readings: dict[int, list[GpuReading]] = defaultdict(list)
-    for node_id, *reading in LatestGpuSample.objects.values_list("node_id", *_READING_COLUMNS).order_by():
-        readings[node_id].append(_Reading._make(reading))  # a tuple, not a struct: 8,000 of them per snapshot
-    summaries = LatestGpuSample.objects.node_summaries()  # each node's newest ts, without parsing 8,000
+    for node_id, ts, *reading in LatestGpuSample.objects.values_list("node_id", "ts", *_READING_COLUMNS).order_by():
+        if ts >= newest[node_id] - reporting:  # a tuple, not a struct: 8,000 of them per snapshot
+            readings[node_id].append(_Reading._make(reading))
     return {
-        node_id: fleet_fragment(fleet_entry(node_id, summaries[node_id]["ts"].timestamp(), gpus))
+        node_id: fleet_fragment(fleet_entry(node_id, newest[node_id].timestamp(), gpus))
         for node_id, gpus in readings.items()
     }
 
@@ -123,7 +144,9 @@ _FLEET_TELEMETRY_SQL = """
                sum(power_w) AS power_total, max(temp_c) AS temp_max,
                json_agg(json_build_array(gpu_index, round(util_gpu), round(power_w), round(temp_c),
                                          round(mem_used_mib::float8 / 1024)) ORDER BY gpu_index) AS cells
-        FROM {table} GROUP BY node_id
+        FROM (SELECT *, max(ts) OVER (PARTITION BY node_id) AS newest FROM {table}) AS gpu
+        WHERE ts >= newest - make_interval(secs => %s)
+        GROUP BY node_id
     ) AS per_node
 """
 
@@ -135,7 +158,8 @@ def _postgresql_fleet_telemetry() -> dict[int, Tree]:
     process's event loop and telemetry writer."""
     fragments: dict[int, Tree] = {}
     with connection.cursor() as cursor:
-        cursor.execute(_FLEET_TELEMETRY_SQL.format(table=connection.ops.quote_name(LatestGpuSample._meta.db_table)))
+        table = connection.ops.quote_name(LatestGpuSample._meta.db_table)
+        cursor.execute(_FLEET_TELEMETRY_SQL.format(table=table), [stale_after_s()])
         (nodes,) = cursor.fetchone()
         for node_id, ts, gpus, util_mean, power_total, temp_max, cells in nodes:
             heat: list[list[int | None] | None] = [None] * (cells[-1][0] + 1)
@@ -173,8 +197,10 @@ def node_snapshot(node_id: int) -> Tree | None:
         [(f.severity, f.gpu_index, f.kind) for f in failures if not f.is_side_effect]
     )
     samples = list(LatestGpuSample.objects.filter(node_id=node_id).values("gpu_index", "ts", *LIVE_GPU_FIELDS))
+    for sample in samples:
+        sample["ts"] = rounded_ts(sample["ts"].timestamp())
     if samples:
-        state["ts"] = rounded_ts(max(sample.pop("ts") for sample in samples).timestamp())
+        state["ts"] = max(sample["ts"] for sample in samples)
     state["gpus"] = {str(s.pop("gpu_index")): {field: rounded(value) for field, value in s.items()} for s in samples}
     state["failures"] = {str(f.pk): failure_payload(f) for f in failures}
     return state

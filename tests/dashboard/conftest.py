@@ -195,12 +195,19 @@ def chromium(monkeypatch) -> Iterator[PlaywrightBrowser]:
         browser.close()
 
 
+# Browser tests store their samples once, as they set up: they must stay the values of now for the
+# test's length however slow the machine (apps/dashboard/streams.py stale_after_s). A test of stale
+# values stores samples older than this.
+BROWSER_TEST_STALE_AFTER_S = 600
+
+
 @pytest.fixture
-def dashboard(transactional_db, redis_channel_layer, monkeypatch) -> Iterator[LiveServer]:
+def dashboard(transactional_db, redis_channel_layer, monkeypatch, settings) -> Iterator[LiveServer]:
     """The ASGI server with the dashboard's static files. Each HTTP request runs on a thread of its
     own, whose database connection would outlive it (and keep the test database from being dropped)
     unless closed when the request finishes."""
     monkeypatch.setitem(connections.settings[DEFAULT_DB_ALIAS], "CONN_MAX_AGE", 0)
+    settings.AGENT_UNREACHABLE_AFTER_S = BROWSER_TEST_STALE_AFTER_S
     server = LiveServer(static_files=True)
     server.start()
     yield server

@@ -15,7 +15,6 @@ from tests import factories
 from tests.dashboard.conftest import group_send, off_the_loop, screenshot
 from tests.dashboard.test_live_stream import ALL_GPU_FIELDS, fleet_update, sample_at
 from tests.failures.conftest import events, xid
-from tests.telemetry.conftest import T0
 
 pytestmark = pytest.mark.browser
 
@@ -31,7 +30,7 @@ def fleet(transactional_db) -> list[Node]:
         node = factories.node(cluster, node_type, f"gpu-{i:03d}", lifecycle="in_service")
         factories.cable_node_to_leaf(node, leaves[i % 2])
         nodes.append(node)
-    at = datetime.fromtimestamp(T0, tz=UTC)
+    at = datetime.now(tz=UTC)  # the values of now: older ones are drawn as stale (tests/dashboard/test_pages_stale.py)
     LatestGpuSample.objects.bulk_create(
         LatestGpuSample(node=node, gpu_index=i, ts=at, received_at=at, power_limit_w=700.0, **ALL_GPU_FIELDS)
         for node in nodes
@@ -64,6 +63,19 @@ def cell_colour(page: Page, node: Node, gpu: int) -> list[int]:
     """The RGBA of the middle of one GPU's cell."""
     cell = page.evaluate("(nodeId) => window.cpFleet.heatmap.blocks.find((b) => b.node.id === nodeId).cell", node.pk)
     return device_pixel(page, node, x_cells=gpu + 0.5, y_px=cell / 2)
+
+
+def cell_centre(page: Page, node: Node, gpu: int) -> dict[str, float]:
+    """Where the middle of one GPU's cell is on the page, for the mouse."""
+    return page.evaluate(
+        """([nodeId, gpu]) => {
+            const { heatmap } = window.cpFleet;
+            const block = heatmap.blocks.find((b) => b.node.id === nodeId);
+            const bounds = heatmap.canvas.getBoundingClientRect();
+            return {x: bounds.left + block.x + block.cell * (gpu + 0.5), y: bounds.top + block.y + block.cell / 2};
+        }""",
+        [node.pk, gpu],
+    )
 
 
 def wait_for_entry(page: Page, node: Node, condition: str, timeout_s: float = 5.0) -> None:
@@ -102,7 +114,7 @@ def test_the_heatmap_shows_the_fleet_and_changes_as_samples_arrive(open_page, vi
     before = cell_colour(page, node, 5)
     assert before == cell_colour(page, fleet[4], 5)  # same utilization, same colour
 
-    group_send(messages.FLEET_GROUP, fleet_update((node.pk, sample_at(T0 + 1, utils={5: 100.0}))))
+    group_send(messages.FLEET_GROUP, fleet_update((node.pk, sample_at(time.time(), utils={5: 100.0}))))
 
     wait_for_entry(page, node, "entry.heat[5][0] === 100")
     after = cell_colour(page, node, 5)
@@ -116,7 +128,7 @@ def test_an_xid_79_reaches_the_failures_feed_and_outlines_its_node(open_page, vi
     wait_for_first_render(page)
     node = fleet[7]
 
-    off_the_loop(record_events, node.pk, events(xid(79, gpu=2, at=T0)))
+    off_the_loop(record_events, node.pk, events(xid(79, gpu=2, at=time.time())))
 
     feed = page.locator("#failure-feed li", has_text=node.hostname)
     expect(feed).to_contain_text("critical")
@@ -130,15 +142,7 @@ def test_hovering_a_cell_shows_its_gpu_values_and_clicking_opens_the_node(open_p
     page = open_page(viewer, "/")
     wait_for_first_render(page)
     node = fleet[2]
-    box = page.evaluate(
-        """(nodeId) => {
-            const { heatmap } = window.cpFleet;
-            const block = heatmap.blocks.find((b) => b.node.id === nodeId);
-            const bounds = heatmap.canvas.getBoundingClientRect();
-            return {x: bounds.left + block.x + block.cell * 6.5, y: bounds.top + block.y + block.cell / 2};
-        }""",
-        node.pk,
-    )
+    box = cell_centre(page, node, 6)
     page.mouse.move(box["x"], box["y"])
     tip = page.locator("#heatmap-tip")
     expect(tip).to_contain_text(f"{node.hostname} GPU 6")

@@ -175,7 +175,7 @@ def test_it_answers_a_node_subscription_with_its_gpus_and_active_failures(open_b
         "critical",
     )
     assert state["ts"] == T0
-    assert state["gpus"] == {str(i): ALL_GPU_FIELDS for i in range(8)}
+    assert state["gpus"] == {str(i): ALL_GPU_FIELDS | {"ts": T0} for i in range(8)}  # each GPU's own ts
     assert list(state["failures"]) == [str(failure.pk)]
     assert {"code": "xid-79", "gpu_index": 2, "state": "open", "count": 1}.items() <= state["failures"][
         str(failure.pk)
@@ -193,12 +193,14 @@ def test_it_sends_a_node_only_the_values_that_changed(open_browser, viewer, node
     first = browser.receive()
     assert first == {
         "type": "delta",
-        "nodes": {str(node.pk): {"ts": T0, "gpus": {str(i): ALL_GPU_FIELDS for i in range(8)}}},
+        "nodes": {str(node.pk): {"ts": T0, "gpus": {str(i): ALL_GPU_FIELDS | {"ts": T0} for i in range(8)}}},
     }
 
     group_send(messages.node_group(node.pk), node_update(node.pk, T0 + 1, utils={3: 75.0}))
     second = browser.receive()
-    assert second == {"type": "delta", "nodes": {str(node.pk): {"ts": T0 + 1, "gpus": {"3": {"util_gpu": 75.0}}}}}
+    reported = {str(i): {"ts": T0 + 1} for i in range(8)}  # every GPU reported again, GPU 3 with a new value
+    reported["3"]["util_gpu"] = 75.0
+    assert second == {"type": "delta", "nodes": {str(node.pk): {"ts": T0 + 1, "gpus": reported}}}
 
 
 def test_it_sends_the_fleet_only_the_nodes_and_fields_that_changed(open_browser, viewer, node):

@@ -243,7 +243,7 @@ def test_the_gpu_tables_decode_throttle_reasons_and_show_error_counters(viewer_c
     assert "power cap" in gpus
     assert gpus.count("<tr data-gpu=") == 4
     assert "2619" in gpus
-    first = re.search(r'<tr data-gpu="0">.*?</tr>', counters, re.S).group(0)
+    first = re.search(r'<tr data-gpu="0"[^>]*>.*?</tr>', counters, re.S).group(0)
     assert 'class="num bad">2<' in first  # uncorrected volatile ECC: flagged
     assert ">7<" in first  # PCIe replays
 
@@ -254,7 +254,7 @@ def test_the_nvlink_matrix_and_the_ports_latest_samples(viewer_client, detailed)
 
     assert nvlink.count("NV18") == 4 * 3
     assert ports.count("<tr data-port=") == 3
-    last = re.search(r'<tr data-port="mlx5_2/1">.*?</tr>', ports, re.S).group(0)
+    last = re.search(r'<tr data-port="mlx5_2/1"[^>]*>.*?</tr>', ports, re.S).group(0)
     assert "down" in last.lower()
     assert ">11<" in last
 

@@ -104,3 +104,29 @@ def test_a_change_made_elsewhere_reaches_since_and_history_of_an_open_node_page(
     newest = page.locator("#lifecycle-history tbody tr").first
     expect(newest).to_contain_text("cli-bot")
     expect(newest).to_contain_text("ECC storm on GPU 3")
+
+
+def test_an_admin_returns_a_node_to_service_without_a_burn_in_only_by_overriding_with_a_reason(open_page, operator):
+    node = off_the_loop(node_with_history, transitions=1)  # quarantined, never burnt in since
+    open_page.expect_console_error("status of 409")  # the operator's refusal, shown to them
+    page = open_page(operator, f"/nodes/{node.pk}/")
+    page.locator('#node-actions [data-action="return_to_service"]').click()
+    expect(page.locator("#action-override-label")).to_be_hidden()  # an admin's call
+    page.locator("#action-confirm").click()
+    expect(page.locator("#action-results li.refused")).to_contain_text("burn-in")
+
+    admin = User.objects.create_user("ada", password="unused-password-3", role="admin")
+    page = open_page(admin, f"/nodes/{node.pk}/")
+    page.locator('#node-actions [data-action="return_to_service"]').click()
+    page.locator("#action-override").check()
+    page.locator("#action-confirm").click()  # an override without a reason: refused by the page
+    expect(page.locator("#action-results")).to_be_hidden()
+    page.locator("#action-reason").fill("Burn-in rig down; vendor ran dcgmi diag -r 3 on site")
+    page.locator("#action-confirm").click()
+    expect(page.locator("#action-results li.ok")).to_have_count(1)
+    page.locator("#action-cancel").click()
+    expect(page.locator("#node-lifecycle")).to_have_text("In service")
+    newest = page.locator("#lifecycle-history tbody tr").first
+    expect(newest).to_contain_text("burn-in overridden")
+    expect(newest).to_contain_text("vendor ran dcgmi diag")
+    assert NodeTransition.objects.filter(node=node, burn_in_override=True).count() == 1

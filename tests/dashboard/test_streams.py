@@ -70,3 +70,55 @@ def test_postgresql_sums_up_the_fleet_as_the_python_path_does(db):
     halves = in_python[Node.objects.get(hostname="halves").pk]
     assert [cell[0] for cell in halves["heat"]] == [50, 52, 52, 54, 54, 56, 56, 58]  # 50.5 -> 50, 51.5 -> 52
     assert halves["ts"] == round(at.timestamp(), 3)
+
+
+def fell_off_the_bus(at: datetime) -> Node:
+    """A node whose GPU 6 stopped reporting a minute before the others' newest sample (XID 79)."""
+    node = factories.node(factories.cluster(), factories.node_type(nics=0), "gpu-079")
+    LatestGpuSample.objects.bulk_create(
+        LatestGpuSample(
+            node=node,
+            gpu_index=index,
+            ts=at - timedelta(minutes=1) if index == 6 else at,
+            received_at=at,
+            util_gpu=98.0 if index == 6 else 40.0,
+            power_w=625.0 if index == 6 else 300.0,
+            temp_c=63.0,
+            mem_used_mib=2048,
+        )
+        for index in range(8)
+    )
+    return node
+
+
+@pytest.mark.parametrize("summed_up", ["_python_fleet_telemetry", "_postgresql_fleet_telemetry"])
+def test_a_gpu_that_stopped_reporting_lends_the_fleet_entry_none_of_its_last_values(db, summed_up):
+    if summed_up == "_postgresql_fleet_telemetry" and connection.vendor != "postgresql":
+        pytest.skip("the snapshot sums up in the database on PostgreSQL only")
+    at = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    node = fell_off_the_bus(at)
+
+    entry = getattr(streams, summed_up)()[node.pk]
+
+    assert entry["heat"][6] is None  # drawn as "no data", as every live entry since has it
+    assert entry["heat"][5] == [40, 300, 63, 2]
+    assert (entry["gpus"], entry["util_gpu_mean"], entry["power_w_total"]) == (7, 40.0, 2100.0)
+    assert entry["ts"] == at.timestamp()
+
+
+def test_a_node_snapshot_gives_each_gpu_the_time_of_its_own_newest_values(db):
+    at = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+    node = fell_off_the_bus(at)
+
+    state = streams.node_snapshot(node.pk)
+
+    assert state["ts"] == at.timestamp()
+    assert state["gpus"]["6"]["ts"] == (at - timedelta(minutes=1)).timestamp()  # shown as stale, with its age
+    assert state["gpus"]["6"]["util_gpu"] == 98.0
+    assert state["gpus"]["5"]["ts"] == at.timestamp()
+
+
+def test_a_live_node_update_dates_every_gpu_it_carries():
+    update = {"ts": 1_700_000_000.1234, "gpus": [{"index": 0, **dict.fromkeys(streams.LIVE_GPU_FIELDS, 1.0)}]}
+
+    assert streams.node_fragment(update)["gpus"]["0"]["ts"] == 1_700_000_000.123

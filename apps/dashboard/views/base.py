@@ -5,6 +5,7 @@ Every page needs a signed-in user with a role; action buttons are rendered only 
 allowed to use them, and the REST API they call checks the role again.
 """
 
+import time
 from typing import Any
 
 from django.contrib.auth.mixins import LoginRequiredMixin
@@ -13,6 +14,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.generic import TemplateView
 
 from apps.accounts.roles import Role
+from apps.dashboard.streams import stale_after_s
 
 
 class DashboardPage(LoginRequiredMixin, TemplateView):
@@ -28,6 +30,10 @@ class DashboardPage(LoginRequiredMixin, TemplateView):
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         user = self.request.user
         return super().get_context_data(**kwargs) | {
+            # For stale.js: a value older than this is shown as stale, and the server's clock when the
+            # page was made, against which the browser measures ages whatever its own clock says.
+            "stale_after_s": stale_after_s(),
+            "server_time": round(time.time(), 3),
             "nav": self.nav,
             "role": user.effective_role,
             "can_operate": user.has_role(Role.OPERATOR),

@@ -1,11 +1,16 @@
 from collections import defaultdict
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import Any, Final
 
+from asgiref.sync import sync_to_async
 from django.db.models import Max
+from django.http import HttpResponse, StreamingHttpResponse
 from django.utils import timezone
 
 from apps.costs.rates import live_pricing
-from apps.dashboard.streams import fleet_snapshot
+from apps.dashboard import streams
+from apps.dashboard.fleet_mirror import script_json
+from apps.dashboard.live_streams import live_streams
 from apps.dashboard.views.base import DashboardPage
 from apps.failures.models import Failure
 from apps.inventory.choices import Lifecycle, Liveness
@@ -13,10 +18,21 @@ from apps.inventory.models import Gpu, Node
 from apps.telemetry.models import LatestGpuSample
 
 NO_LEAF = "No leaf switch known"
+SNAPSHOT_MARK: Final = "<!-- the fleet's snapshot, sent after the shell -->"
 RECENT_FAILURES = 15
 # Colour-scale tops when the fleet has not told us better (an H100 SXM's power limit and memory).
 DEFAULT_POWER_MAX_W = 700
 DEFAULT_MEMORY_MAX_GIB = 80
+
+
+async def streamed(shell: str, counts: dict[str, dict[str, int]], rest: str) -> AsyncIterator[str]:
+    """The page: its shell, then the fleet's snapshot, then the rest (the scripts at its end)."""
+    yield shell
+    snapshot = live_streams.fleet.snapshot_json(counts)
+    if snapshot is None:  # on the request's own thread (Django gives each request one), now idle
+        snapshot = await sync_to_async(lambda: script_json(streams.fleet_snapshot()), thread_sensitive=True)()
+    yield f'<script id="fleet-snapshot" type="application/json">{snapshot}</script>'
+    yield rest
 
 
 def heatmap_layout() -> list[dict[str, Any]]:
@@ -49,8 +65,23 @@ def scale_tops() -> dict[str, int]:
 
 
 class FleetPage(DashboardPage):
+    """The fleet overview. The page's shell goes out first, its data after: the fleet stream's snapshot
+    in a <script> element, which the heatmap is drawn from as soon as the page's worker has it, not
+    after a WebSocket round trip (the socket's own snapshot follows and replaces it). The snapshot is
+    the one the process holds (apps/dashboard/fleet_mirror.py, started with the server's lifespan),
+    read from the database only when it has none that agrees with the database's node counts, and
+    then after the shell is on its way."""
+
     nav = "fleet"
     template_name = "dashboard/fleet.html"
+
+    def render_to_response(self, context: dict[str, Any], **kwargs: Any) -> HttpResponse:
+        if not context["node_total"]:
+            return super().render_to_response(context, **kwargs)
+        shell, rest = super().render_to_response(context, **kwargs).rendered_content.split(SNAPSHOT_MARK)
+        return StreamingHttpResponse(
+            streamed(shell, context["state_counts"], rest), content_type="text/html; charset=utf-8"
+        )
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         counts = Node.objects.state_counts()
@@ -62,10 +93,8 @@ class FleetPage(DashboardPage):
             "liveness_counts": [(state, counts["liveness"].get(state.value, 0)) for state in Liveness],
             "recent_failures": recent,
             "pricing": pricing,
-            # The fleet stream's snapshot, in the page: the heatmap is drawn as soon as the page's worker
-            # has it, not after a WebSocket round trip (the socket's own snapshot follows and replaces
-            # it). Apart from the rest, since the page hands its text to the worker unparsed.
-            "fleet_snapshot": fleet_snapshot(),
+            "state_counts": counts,
+            "snapshot_mark": SNAPSHOT_MARK,
             "fleet_page": {
                 "layout": heatmap_layout(),
                 "tops": scale_tops(),

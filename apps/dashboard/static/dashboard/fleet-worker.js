@@ -9,13 +9,14 @@
 //
 // Messages from the page: text {text} (one ws/live message, from fleet-boot.js; they can come before
 // init, and are merged then and drawn once the page has placed the heatmap), init {canvas, snapshot
-// (the page's JSON text), tops, theme, nodes, pricing}, place {placement}, metric {metric}, theme
+// (the page's JSON text), tops, theme, nodes, pricing, stale}, place {placement}, metric {metric}, theme
 // {theme}, inspect {request, node}, pixel {request, x, y}. To the page, from init on (when it
 // listens): drawn (the first render is on the canvas), update {kind, counts, costs, totals,
 // alarmsChanged, workerMs}, reply {request, value}.
 
 import { HeatPainter } from "./heatmap.js";
 import { LiveState } from "./live.js";
+import { configure } from "./stale.js";
 import { alarmsChanged, fleetTotals, hourlyCosts, stateCounts } from "./fleet-summary.js";
 
 const live = new LiveState();
@@ -52,7 +53,8 @@ const handlers = {
     const kind = live.apply(message);
     if (kind !== null) render(kind, message, started);
   },
-  init({ canvas, snapshot, tops, theme, nodes, pricing: prices }) {
+  init({ canvas, snapshot, tops, theme, nodes, pricing: prices, stale }) {
+    configure(stale); // when values are too old to draw: as the page judges it
     painter = new HeatPainter(canvas, tops, theme);
     nodesById = nodes;
     pricing = prices;

@@ -6,7 +6,8 @@ import { startFleet } from "./fleet-boot.js";
 import { Heatmap, METRICS, heatmapTheme } from "./heatmap.js";
 import { TIMINGS_KEPT } from "./live.js";
 import { cssVar, drawLegend } from "./scale.js";
-import { chartTimeOptions, formatTick, formatWhen, timeHtml } from "./when.js";
+import { settings as staleSettings } from "./stale.js";
+import { chartTimeOptions, formatTick, formatWhen, staleWords, timeHtml } from "./when.js";
 
 const page = JSON.parse(document.getElementById("fleet-page").textContent);
 const HOUR_S = 3600;
@@ -37,6 +38,7 @@ worker.postMessage(
     theme: heatmapTheme(),
     nodes: Object.fromEntries(page.layout.flatMap((group) => group.nodes).map((node) => [node.id, node])),
     pricing: page.pricing,
+    stale: staleSettings(),
   },
   [offscreen],
 );
@@ -44,6 +46,7 @@ const heatmap = new Heatmap(canvas, document.getElementById("heatmap-tip"), page
   place: (placement) => worker.postMessage({ type: "place", placement }),
   setMetric: (metric) => worker.postMessage({ type: "metric", metric }),
   inspect: (node) => ask({ type: "inspect", node }),
+  staleWords,
 });
 heatmap.resize();
 window.addEventListener("themechange", () => worker.postMessage({ type: "theme", theme: heatmapTheme() }));

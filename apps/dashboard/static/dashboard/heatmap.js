@@ -2,6 +2,8 @@
 // update), nodes as blocks of their GPUs, grouped under their leaf switch. A node with open alarms
 // is outlined in its worst severity's colour, thicker the worse it is (so the outline does not rely
 // on colour alone); a straggler GPU gets a cell outline. Hover shows the values; click opens the node.
+// A node that is unreachable or stopped reporting is drawn without colour (its last values are not
+// its values now), and its hover says how old they are.
 //
 // Two halves, so that the page's main thread never draws: `Heatmap` (the page) places the blocks,
 // since only the page knows its width and fonts, and answers the mouse; `HeatPainter` (the page's
@@ -9,6 +11,7 @@
 
 import { escapeHtml } from "./api.js";
 import { colourOf, cssVar } from "./scale.js";
+import { isStale } from "./stale.js";
 
 export const METRICS = {
   // `at`: the value's place in a cell of the fleet stream's `heat` (apps/telemetry/live.py HEAT_FIELDS)
@@ -28,6 +31,11 @@ function rootFontPx() {
   return parseFloat(getComputedStyle(document.documentElement).fontSize);
 }
 
+/** Whether a fleet entry's values are those of now: its node reachable and reporting. */
+export function isCurrent(entry) {
+  return Boolean(entry) && entry.liveness !== "unreachable" && !isStale(entry.ts);
+}
+
 /** The page's colours and font as the painter needs them (a worker cannot read CSS). */
 export function heatmapTheme() {
   return {
@@ -40,7 +48,8 @@ export function heatmapTheme() {
 }
 
 /** The page's half. `painter`: {place(placement), setMetric(metric), inspect(nodeId) → Promise of the
- *  node's fleet entry}; fleet.js passes one that posts to the worker. */
+ *  node's fleet entry, staleWords(ts) → how old values from `ts` are, in words}; fleet.js passes one
+ *  that posts to the worker. */
 export class Heatmap {
   constructor(canvas, tip, layout, painter) {
     this.canvas = canvas;
@@ -124,12 +133,14 @@ export class Heatmap {
     const cell = entry.heat?.[hit.gpu] ?? [];
     const [util, power, temp, mem] = [0, 1, 2, 3].map((at) => cell[at]);
     const show = (value, unit) => (value === null || value === undefined ? "–" : `${value} ${unit}`);
+    const current = isCurrent(entry);
+    const values = [`Utilization ${show(util, "%")} · Power ${show(power, "W")}`, `Temperature ${show(temp, "°C")} · Memory ${show(mem, "GiB")}`];
     const lines = [
       `<strong>${escapeHtml(hit.block.node.hostname)}</strong> GPU ${hit.gpu}`,
       escapeHtml(`${entry.lifecycle ?? ""} · ${entry.liveness ?? ""}`),
-      `Utilization ${show(util, "%")} · Power ${show(power, "W")}`,
-      `Temperature ${show(temp, "°C")} · Memory ${show(mem, "GiB")}`,
+      ...(current ? values : [`<span class="stale">${values.join("<br>")}</span>`, `<span class="age">not current: ${escapeHtml(this.painter.staleWords(entry.ts ?? null))}</span>`]),
     ];
+    if (current && !entry.heat?.[hit.gpu]) lines.push("This GPU is not reporting.");
     if (entry.alarms) lines.push(`${entry.alarms} open alarm${entry.alarms > 1 ? "s" : ""} (worst: ${entry.severity})`);
     if (entry.straggler_gpus?.includes(hit.gpu)) lines.push("Flagged as a straggler");
     this.tip.innerHTML = lines.join("<br>");
@@ -195,9 +206,9 @@ export class HeatPainter {
     const byColour = new Map();
     for (const block of this.blocks) {
       const entry = this.fleet[block.id];
-      const reachable = entry?.liveness !== "unreachable";
+      const current = isCurrent(entry);
       for (let gpu = 0; gpu < block.gpus; gpu += 1) {
-        const value = reachable ? this.valueOf(entry, gpu) : null;
+        const value = current ? this.valueOf(entry, gpu) : null;
         const colour = value === null ? empty : colourOf(value, low, top);
         let cells = byColour.get(colour);
         if (!cells) byColour.set(colour, (cells = new Path2D()));

@@ -40,9 +40,15 @@ export function moveForFailure(failureId, action) {
   return api("POST", `failures/${failureId}/node-action`, { action });
 }
 
-/** POST a lifecycle action (an entry of the page's `actions`) for one node id. */
-export function transition(nodeId, action, reason) {
-  return api("POST", `nodes/${nodeId}/${action.path}`, reason ? { reason } : {});
+/** POST a lifecycle action (an entry of the page's `actions`) for one node id; `override`: return to
+ *  service without a passed burn-in (admins only: the API refuses anyone else). */
+export function transition(nodeId, action, reason, override = false) {
+  return api("POST", `nodes/${nodeId}/${action.path}`, { ...(reason ? { reason } : {}), ...(override ? { override_burn_in: true } : {}) });
+}
+
+/** Whether the dialog for `action` offers the burn-in override: returning to service, to an admin. */
+export function offersOverride(action) {
+  return action.name === "return_to_service" && document.body.dataset.canAdminister === "true";
 }
 
 export class ActionDialog {
@@ -53,20 +59,27 @@ export class ActionDialog {
     this.cancel = document.getElementById("action-cancel");
     this.progress = document.getElementById("action-progress");
     this.results = document.getElementById("action-results");
+    this.overrideLabel = document.getElementById("action-override-label");
+    this.override = document.getElementById("action-override");
     this.busy = false;
     // Escape must not close the dialog while calls are running: their results would be lost.
     this.dialog.addEventListener("cancel", (event) => { if (this.busy) event.preventDefault(); });
   }
 
-  /** Ask, then run. `perform(reason, onDone)` does the calls and resolves to the results to list,
-   *  [{label, ok, message}]. Resolves to those results, or null when the user cancelled. */
-  open({ title, summaryHtml, reasonCaption = "Reason", reasonRequired = false, hint = "", confirmLabel, danger = false, perform }) {
+  /** Ask, then run. `perform(reason, onDone, override)` does the calls and resolves to the results
+   *  to list, [{label, ok, message}]; `override`: the user ticked the burn-in override, which the
+   *  dialog offers when `offerOverride` (and which makes the reason required). Resolves to those
+   *  results, or null when the user cancelled. */
+  open({ title, summaryHtml, reasonCaption = "Reason", reasonRequired = false, hint = "", confirmLabel, danger = false, offerOverride = false, perform }) {
     document.getElementById("action-title").textContent = title;
     document.getElementById("action-summary").innerHTML = summaryHtml;
     document.getElementById("action-reason-caption").textContent = reasonRequired ? `${reasonCaption} (required)` : `${reasonCaption} (optional)`;
     document.getElementById("action-reason-label").hidden = false;
     Object.assign(document.getElementById("action-hint"), { textContent: hint, hidden: !hint });
     this.reason.value = "";
+    this.overrideLabel.hidden = !offerOverride;
+    this.override.checked = false;
+    this.override.disabled = false;
     this.reason.setAttribute("aria-required", String(reasonRequired)); // checked below, trimmed
     this.confirm.textContent = confirmLabel;
     this.confirm.hidden = false;
@@ -86,17 +99,18 @@ export class ActionDialog {
         if (event.submitter !== this.confirm) return; // Cancel or Close: the dialog closes itself
         event.preventDefault();
         const reason = this.reason.value.trim();
-        if (reasonRequired && !reason) {
+        const override = offerOverride && this.override.checked;
+        if ((reasonRequired || override) && !reason) {
           this.reason.setCustomValidity("Say why: the next shift reads it.");
           this.reason.reportValidity();
           this.reason.setCustomValidity("");
           return;
         }
         this.busy = true;
-        this.confirm.disabled = this.cancel.disabled = this.reason.disabled = true;
+        this.confirm.disabled = this.cancel.disabled = this.reason.disabled = this.override.disabled = true;
         this.progress.hidden = false;
         this.progress.textContent = "Working…";
-        const results = await perform(reason, (done, total) => { this.progress.textContent = `${done} of ${total} done`; });
+        const results = await perform(reason, (done, total) => { this.progress.textContent = `${done} of ${total} done`; }, override);
         this.busy = false;
         this.reason.disabled = this.cancel.disabled = false;
         this.showResults(results);
@@ -124,6 +138,7 @@ export class ActionDialog {
     this.results.hidden = false;
     document.getElementById("action-reason-label").hidden = true;
     document.getElementById("action-hint").hidden = true;
+    this.overrideLabel.hidden = true;
     this.confirm.hidden = true;
     this.cancel.textContent = "Close";
     this.cancel.focus();

@@ -4,11 +4,12 @@
 import uPlot from "../vendor/uplot/uPlot.esm.js";
 import { api, escapeHtml, toast } from "./api.js";
 import { applyDataStyles } from "./data-styles.js";
-import { ActionDialog, moveForFailure, movesHtml, refusal, transition } from "./lifecycle.js";
+import { ActionDialog, moveForFailure, movesHtml, offersOverride, refusal, transition } from "./lifecycle.js";
 import { LiveSocket } from "./live.js";
 import { cssVar } from "./scale.js";
 import { isDark } from "./theme.js";
-import { chartTimeOptions, formatTick, formatWhen, localiseTimes, showTime } from "./when.js";
+import { ageS, ageText, isStale } from "./stale.js";
+import { chartTimeOptions, formatTick, formatWhen, localiseTimes, showTime, staleWords } from "./when.js";
 
 const page = JSON.parse(document.getElementById("node-page").textContent);
 const canOperate = document.body.dataset.canOperate === "true";
@@ -263,6 +264,7 @@ function liveTelemetry(state) {
     for (const [metric, entry] of charts) if (appendPoint(metric, entry.data, state.ts, gpus)) entry.plot.setData(entry.data);
   }
   for (const [index, values] of Object.entries(gpus)) {
+    if (values.ts) for (const row of document.querySelectorAll(`tr[data-gpu="${index}"]`)) row.dataset.ts = values.ts;
     for (const cell of document.querySelectorAll(`#gpus tr[data-gpu="${index}"] [data-g]`)) {
       const value = values[cell.dataset.g];
       const text = value === null || value === undefined ? "–" : String(Math.round(value));
@@ -272,7 +274,36 @@ function liveTelemetry(state) {
   }
   const seen = document.getElementById("node-seen");
   if (!seen.dateTime || new Date(seen.dateTime).getTime() < state.ts * 1000) showTime(seen, new Date(state.ts * 1000));
+  markStale();
 }
+
+// Stale values: a GPU that stopped reporting (fallen off the bus, say) keeps its last values in the
+// tables, greyed and with their age; so do ports sampled long ago, and the node's last sighting.
+function markStale() {
+  for (const row of document.querySelectorAll("tr[data-ts]")) {
+    const ts = Number(row.dataset.ts);
+    const stale = isStale(ts);
+    row.classList.toggle("stale", stale);
+    let age = row.querySelector(".age");
+    if (!stale) {
+      age?.remove();
+      row.removeAttribute("title");
+      continue;
+    }
+    age ??= row.cells[0].appendChild(Object.assign(document.createElement("span"), { className: "age" }));
+    age.textContent = `${ageText(ageS(ts))} old`;
+    row.title = `Not current: ${staleWords(ts)}`;
+  }
+  const seen = document.getElementById("node-seen");
+  const seenAt = seen.dateTime ? new Date(seen.dateTime).getTime() / 1000 : null;
+  const stale = seenAt !== null && isStale(seenAt);
+  seen.classList.toggle("stale", stale);
+  const age = document.getElementById("node-seen-age");
+  age.hidden = !stale;
+  if (stale) age.textContent = `${ageText(ageS(seenAt))} ago`;
+}
+markStale();
+setInterval(markStale, 1000);
 
 let shownLifecycle = page.lifecycle;
 
@@ -398,9 +429,10 @@ if (canOperate && document.getElementById("action-dialog")) {
         hint: "The reason goes into the node's lifecycle history and the audit log.",
         confirmLabel: action.label,
         danger: !["return_to_service", "start_burn_in"].includes(action.name),
-        perform: async (reason) => {
+        offerOverride: offersOverride(action),
+        perform: async (reason, _onDone, override) => {
           try {
-            const node = await transition(page.node, action, reason);
+            const node = await transition(page.node, action, reason, override);
             liveHeader({ ...live.nodes[page.node], lifecycle: node.lifecycle, liveness: node.liveness });
             return [{ label: page.hostname, ok: true, message: `now ${page.labels.lifecycle[node.lifecycle].toLowerCase()}` }];
           } catch (error) {

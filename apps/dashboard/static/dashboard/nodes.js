@@ -6,9 +6,10 @@
 
 import { escapeHtml, toast } from "./api.js";
 import { applyDataStyles } from "./data-styles.js";
-import { ActionDialog, refusal, runAll, transition } from "./lifecycle.js";
+import { ActionDialog, offersOverride, refusal, runAll, transition } from "./lifecycle.js";
 import { LiveSocket } from "./live.js";
-import { timeHtml } from "./when.js";
+import { ageS, ageText, isStale } from "./stale.js";
+import { staleWords, timeHtml } from "./when.js";
 
 const page = JSON.parse(document.getElementById("nodes-page").textContent);
 const table = document.getElementById("nodes-table");
@@ -25,11 +26,21 @@ let order = page.rows.slice(); // as shown
 const selected = new Set();
 
 // Cells: one function draws each, for the first drawing and for live changes ------------------------
-// An unreachable node's last values are not its values now: they are drawn as unknown.
-const now = (field) => (row) => (row.liveness === "online" ? row[field] ?? null : null);
+// A node's values are its values now only while it is online and reporting. Otherwise they are its
+// last ones: drawn greyed, with their age on hover and in the last-seen column (stale.js), and sorted
+// after every current one.
+const isCurrent = (row) => row.liveness === "online" && !isStale(row.seen);
+const now = (field) => (row) => (isCurrent(row) ? row[field] ?? null : null);
 const utilNow = now("util_gpu_mean");
 const powerNow = now("power_w_total");
 const tempNow = now("temp_c_max");
+
+/** A value as its cell shows it: as it is, or greyed with its age when it is not current. */
+function valueHtml(row, field, text) {
+  const value = row[field] ?? null;
+  if (value === null) return "–";
+  return isCurrent(row) ? text(value) : `<span class="stale" title="${escapeHtml(`Not current: ${staleWords(row.seen)}`)}">${text(value)}</span>`;
+}
 
 const CELLS = {
   lifecycle: (row) => `<span class="pill lc-${escapeHtml(row.lifecycle)}">${escapeHtml(page.labels.lifecycle[row.lifecycle] ?? row.lifecycle)}</span>`,
@@ -38,12 +49,16 @@ const CELLS = {
     ? `<a class="pill sev-${escapeHtml(row.severity)}" href="/nodes/${escapeHtml(row.id)}/#failures">${escapeHtml(row.alarms)} ${escapeHtml(row.severity)}</a>`
     : ""),
   util: (row) => {
-    const util = utilNow(row);
-    return `<span class="util"><span class="bar"><span data-width-percent="${util ?? 0}"></span></span><span class="num">${util === null ? "–" : `${Math.round(util)} %`}</span></span>`;
+    const util = row.util_gpu_mean ?? null;
+    return `<span class="util${isCurrent(row) ? "" : " stale"}"><span class="bar"><span data-width-percent="${util ?? 0}"></span></span><span class="num">${valueHtml(row, "util_gpu_mean", (v) => `${Math.round(v)} %`)}</span></span>`;
   },
-  power: (row) => (powerNow(row) === null ? "–" : `${(powerNow(row) / 1000).toFixed(1)} kW`),
-  temp: (row) => (tempNow(row) === null ? "–" : `${Math.round(tempNow(row))} °C`),
-  seen: (row) => (row.seen ? timeHtml(new Date(row.seen * 1000)) : "never"),
+  power: (row) => valueHtml(row, "power_w_total", (v) => `${(v / 1000).toFixed(1)} kW`),
+  temp: (row) => valueHtml(row, "temp_c_max", (v) => `${Math.round(v)} °C`),
+  seen: (row) => {
+    if (!row.seen) return "never";
+    const age = isStale(row.seen) ? ` <span class="age">${ageText(ageS(row.seen))} ago</span>` : "";
+    return timeHtml(new Date(row.seen * 1000)) + age;
+  },
 };
 
 function rowHtml(row, position) {
@@ -141,6 +156,8 @@ const live = new LiveSocket([{ subscribe: "fleet" }], (kind, message) => {
   document.getElementById("list-changed").hidden = !page.rows.some((row) => row.unmatched);
 });
 window.cpNodes = { live }; // for benchmarks/nodes_page.py
+// Values age without a message: the rows in view are drawn again (only cells that changed).
+setInterval(() => { if (tbody) patch(new Set([...tbody.rows].map((tr) => tr.dataset.node))); }, 5000);
 
 // Sorting: numbers start with the largest (the busiest, hottest, worst), names with A; blanks last --
 const collator = new Intl.Collator(undefined, { numeric: true, sensitivity: "base" });
@@ -270,7 +287,8 @@ async function runBulk(dialog, action) {
     hint: `Each node becomes ${action.target_label.toLowerCase()} if its current state allows it; the reason goes into its lifecycle history and the audit log.`,
     confirmLabel: `${action.label} ${count}`,
     danger: ["quarantine", "drain", "retire"].includes(action.name),
-    perform: async (reason, onDone) => (await runAll(rows, (row) => transition(row.id, action, reason), onDone)).map((result) => ({
+    offerOverride: offersOverride(action),
+    perform: async (reason, onDone, override) => (await runAll(rows, (row) => transition(row.id, action, reason, override), onDone)).map((result) => ({
       row: result.item,
       label: result.item.hostname,
       ok: result.ok,

@@ -1,9 +1,13 @@
 // The racks page: every node coloured by its live power draw or hottest GPU (viridis: brighter is
 // more, so hot spots stand out and read the same to colour-blind eyes), the value as text and on
-// hover, and each rack's total power against its budget. Values come from the fleet stream.
+// hover, and each rack's total power against its budget. Values come from the fleet stream; a node
+// that is unreachable or stopped reporting keeps its last value, greyed and with its age, uncoloured
+// and out of its rack's sums.
 
 import { LiveSocket } from "./live.js";
 import { colourOf, drawLegend } from "./scale.js";
+import { ageS, ageText, isStale } from "./stale.js";
+import { staleWords } from "./when.js";
 
 const page = JSON.parse(document.getElementById("racks-page").textContent);
 const METRICS = {
@@ -33,20 +37,27 @@ function valueOf(entry) {
   return metric === "power" ? raw / 1000 : raw;
 }
 
+/** Whether the entry's values are those of now: its node online and reporting. */
+function isCurrent(entry) {
+  return entry?.liveness !== "unreachable" && !isStale(entry?.ts);
+}
+
 function paintNode(element, entry) {
   element.dataset.base ??= element.title;
   const liveness = entry?.liveness ?? element.dataset.liveness;
   element.dataset.liveness = liveness;
   const { unit, label, scale } = METRICS[metric];
   const value = valueOf(entry);
-  const state = liveness === "unreachable" ? "unreachable" : value === null ? "no-data" : "";
+  const current = isCurrent(entry);
+  const state = liveness === "unreachable" ? "unreachable" : value === null ? "no-data" : current ? "" : "stale";
   element.classList.toggle("unreachable", state === "unreachable");
   element.classList.toggle("no-data", state === "no-data");
+  element.classList.toggle("stale", state === "stale");
   let text;
   if (state) {
     element.style.background = "";
     element.style.color = "";
-    text = state === "unreachable" ? "unreachable" : "no data";
+    text = value === null ? (state === "unreachable" ? "unreachable" : "no data") : `${label(value)} ${unit} · ${ageText(ageS(entry.ts))} old`;
   } else {
     const share = (value - scale[0]) / (scale[1] - scale[0] || 1);
     element.style.background = colourOf(value, scale[0], scale[1]);
@@ -61,7 +72,7 @@ function paintNode(element, entry) {
     element.dataset.base,
     power === null || power === undefined ? "power: no data" : `power ${Math.round(power)} W of ${element.dataset.limitW} W (GPU limits)`,
     temp === null || temp === undefined ? "temperature: no data" : `hottest GPU ${Math.round(temp)} °C`,
-    liveness,
+    current ? liveness : `${liveness}; not current: ${staleWords(entry?.ts)}`,
   ].join("\n");
 }
 
@@ -70,7 +81,7 @@ function paintRack(rack, fleet) {
   let hottest = null;
   for (const element of rack.querySelectorAll(".rack-node[data-node]")) {
     const entry = fleet[element.dataset.node];
-    if (!entry || entry.liveness === "unreachable") continue;
+    if (!isCurrent(entry)) continue;
     watts += entry.power_w_total ?? 0;
     if (entry.temp_c_max !== null && entry.temp_c_max !== undefined) hottest = Math.max(hottest ?? -Infinity, entry.temp_c_max);
   }
@@ -88,6 +99,7 @@ function paint(fleet) {
 }
 
 const live = new LiveSocket([{ subscribe: "fleet" }], () => paint(live.fleet));
+setInterval(() => paint(live.fleet), 5000); // values age without a message
 
 choice.addEventListener("change", (event) => {
   metric = event.target.value;

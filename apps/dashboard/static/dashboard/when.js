@@ -9,6 +9,7 @@
 // event, and the toggle is wired once (startZoneToggle).
 
 import { escapeHtml } from "./api.js";
+import { ageS, ageText } from "./stale.js";
 
 const KEY = "cp-time-zone";
 let zone = zoneOf(localStorage.getItem(KEY));
@@ -90,6 +91,12 @@ export function showTime(element, date) {
 /** The same as markup, for rows drawn from data. */
 export function timeHtml(date) {
   return `<time datetime="${date.toISOString()}" title="${escapeHtml(formatFull(date))}">${escapeHtml(formatWhen(date))}</time>`;
+}
+
+/** "last reported 13:48:41, 3 min ago": the words that go with a stale value (stale.js). */
+export function staleWords(ts) {
+  if (ts === null || ts === undefined) return "never reported";
+  return `last reported ${formatWhen(new Date(ts * 1000))}, ${ageText(ageS(ts))} ago`;
 }
 
 /** Rewrite every <time datetime> under `root` in the zone in force. */
