@@ -1,0 +1,236 @@
+"""The issue's dispatch figures: ``--nodes`` simulated agents (``cp-agent simulate``, each a real
+WebSocket client) connected to the control plane (uvicorn on a scratch PostgreSQL and Redis), and one
+command sent to all of them, ``--rounds`` times.
+
+Each round measures two ways of getting one ``health`` command to every agent, until every agent has
+acknowledged it (its ``CommandStarted`` stored: the command's row is running or over):
+
+- ``raw``: the command rows written and marked sent by hand, and their frames sent straight through
+  the channel layer, one ``group_send`` to each node's agent group (apps/gateway/push.py), all at once;
+- ``dispatch``: the product's own path, ``Run.objects.launch`` of one run on every node: the run and
+  its commands written, the start task (run here, eagerly, in this process, as a worker would),
+  each node advanced, every command claimed and sent, the frames carried by the gateway.
+
+``all_acked_ms`` is the dispatch time (median of the rounds), ``group_send_ratio`` its ratio to the raw
+time of the same round (median), ``commands_lost`` the dispatched commands never acknowledged within
+``--ack-timeout``; resends (``attempts`` above 1) are counted too. The machine's load average is
+printed beside every figure (the machine is shared). The last line printed is JSON.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python benchmarks/dispatch.py
+        [--nodes 1000] [--rounds 3] [--interval 1] [--workers 1] [--fleet-processes 2]
+
+Redis is ``REDIS_URL`` (default database 10 of the local Redis), under key prefixes of this run's own
+(nothing is flushed). No Celery worker runs: a finished command's follow-up tasks wait in this run's
+queue and are dropped with it, so the runs are not judged; a 1,000-node burn-in (which needs its
+worker) is not part of this script yet.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from unittest import mock
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/10")
+os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
+_prefix = f"bench-dispatch-{secrets.token_hex(4)}"
+os.environ["CHANNEL_LAYER_PREFIX"] = _prefix
+os.environ["CELERY_KEY_PREFIX"] = _prefix
+
+from benchmarks.scratch_database import scratch_postgresql  # noqa: E402
+from benchmarks.telemetry_harness import Fleet, Server, machine_load, prepare_fleet  # noqa: E402
+
+ACKED = ("running", "succeeded", "failed", "cancelled")
+POLL_S = 0.02
+
+
+def wait_until_connected(node_ids: list[int], timeout_s: float) -> float:
+    from apps.gateway.models import NodeAgent
+
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        if NodeAgent.objects.filter(node_id__in=node_ids).exclude(channel_name="").count() == len(node_ids):
+            return time.monotonic() - started
+        time.sleep(0.25)
+    raise SystemExit(f"not every agent connected within {timeout_s:g} s")
+
+
+def wait_until_acked(run_id: int, count: int, started: float, timeout_s: float) -> tuple[float | None, int]:
+    """Milliseconds from ``started`` until every command of the run was acknowledged (None: not within
+    the timeout), and how many were acknowledged."""
+    from apps.jobs.models import Command
+
+    acked = 0
+    while time.monotonic() - started < timeout_s:
+        acked = Command.objects.filter(run_id=run_id, state__in=ACKED).count()
+        if acked == count:
+            return (time.monotonic() - started) * 1000, acked
+        time.sleep(POLL_S)
+    return None, acked
+
+
+def launch(nodes: list, title: str):  # noqa: ANN201  (a Run: Django models are imported late)
+    from apps.jobs.models import Run, Step
+
+    deadline = datetime.now(UTC) + timedelta(minutes=10)
+    return Run.objects.launch(nodes=nodes, steps=[Step("health")], deadline=deadline, actor="bench", title=title)
+
+
+def raw_round(nodes: list, timeout_s: float) -> tuple[float | None, int]:
+    """One command a node, written and marked sent by hand, its frames group_sent to every node at once."""
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    from agents import protocol
+    from apps.gateway.push import agent_group
+    from apps.jobs.models import Command
+
+    with mock.patch("apps.jobs.queue.start_run"):  # written, not started: this round sends it itself
+        run = launch(nodes, "raw group_send")
+    commands = list(Command.objects.filter(run=run))
+    Command.objects.filter(run=run).update(state="sent", attempts=1, sent_at=datetime.now(UTC))
+    messages = [
+        (agent_group(c.node_id), {"type": "agent.deliver", "frame": protocol.encode(c.message()).decode()})
+        for c in commands
+    ]
+
+    async def send_all() -> None:
+        layer = get_channel_layer()
+        await asyncio.gather(*(layer.group_send(group, message) for group, message in messages))
+
+    started = time.monotonic()
+    async_to_sync(send_all)()
+    acked = wait_until_acked(run.pk, len(commands), started, timeout_s)
+    # Over before the dispatch round, whose command each agent must not queue behind this one.
+    deadline = time.monotonic() + timeout_s
+    while Command.objects.filter(run=run, state__in=("pending", "sent", "running")).exists():
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    return acked
+
+
+def dispatch_round(nodes: list, timeout_s: float) -> tuple[float | None, int, int, float | None]:
+    from apps.jobs.models import Command
+
+    started = time.monotonic()
+    run = launch(nodes, "dispatch")
+    elapsed, acked = wait_until_acked(run.pk, len(nodes), started, timeout_s)
+    resent = Command.objects.filter(run=run, attempts__gt=1).count()
+    return elapsed, acked, resent, agent_started_ms(run.pk, started)
+
+
+def agent_started_ms(run_id: int, started: float) -> float | None:
+    """When the last agent said it started its command (its own clock, the same machine's), in ms from
+    ``started``: what of the wait is delivery to the agents, and what is storing their answers."""
+    from django.db.models import Max
+
+    from apps.jobs.models import Command
+
+    last = Command.objects.filter(run_id=run_id).aggregate(last=Max("started_at"))["last"]
+    if last is None:
+        return None
+    return round((last.timestamp() - (time.time() - (time.monotonic() - started))) * 1000)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=1000, help="simulated agents (default 1000)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of raw + dispatch (default 3)")
+    parser.add_argument("--interval", type=float, default=1.0, help="the agents' telemetry interval, s (default 1)")
+    parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
+    parser.add_argument("--fleet-processes", type=int, default=2, help="simulator processes (default 2)")
+    parser.add_argument("--ack-timeout", type=float, default=60, help="seconds a round waits for acks (default 60)")
+    parser.add_argument("--scratch-database", default="bench_dispatch", help="default bench_dispatch")
+    args = parser.parse_args()
+
+    load_at_start = machine_load()
+    with tempfile.TemporaryDirectory() as work, scratch_postgresql(args.scratch_database):
+        from apps.inventory.models import Node
+        from controlplane.celery import app as celery_app
+
+        credentials, _ = prepare_fleet(args.nodes)
+        node_ids = [node_id for _, node_id, _ in credentials]
+        server = Server(args.workers)
+        server.env.pop("CELERY_TASK_ALWAYS_EAGER", None)
+        server.start()
+        fleet = Fleet(server.url, credentials, args.interval, args.fleet_processes, Path(work), 3600)
+        try:
+            connect_s = wait_until_connected(node_ids, timeout_s=max(60.0, args.nodes / 10))
+            print(f"{args.nodes} agents connected in {connect_s:.1f} s (load {machine_load()})", flush=True)
+            celery_app.conf.task_always_eager = True  # the start task runs here, once the launch commits
+            nodes = list(Node.objects.filter(pk__in=node_ids).order_by("pk"))
+            rounds = []
+            for number in range(1, args.rounds + 1):
+                raw_ms, raw_acked = raw_round(nodes, args.ack_timeout)
+                dispatch_ms, acked, resent, last_start_ms = dispatch_round(nodes, args.ack_timeout)
+                rounds.append(
+                    {
+                        "raw_ms": raw_ms,
+                        "raw_acked": raw_acked,
+                        "all_acked_ms": dispatch_ms,
+                        "acked": acked,
+                        "resent": resent,
+                        "last_agent_start_ms": last_start_ms,
+                        "load": machine_load(),
+                    }
+                )
+                print(
+                    f"round {number}: dispatch {fmt(dispatch_ms)} ms ({acked}/{args.nodes} acked, {resent} resent, "
+                    f"the last agent started at {fmt(last_start_ms)} ms), "
+                    f"raw group_send {fmt(raw_ms)} ms ({raw_acked} acked) (load {machine_load()})",
+                    flush=True,
+                )
+        finally:
+            stop_gently(fleet)
+            server.stop()
+    print(json.dumps(report(args.nodes, rounds, load_at_start)))
+
+
+def stop_gently(fleet: Fleet) -> None:
+    """SIGTERM the simulators and wait, so the agents close their sockets before the server stops."""
+    for simulator in fleet.simulators:
+        simulator.process.terminate()
+    for simulator in fleet.simulators:
+        try:
+            simulator.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            simulator.process.kill()
+
+
+def fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def report(nodes: int, rounds: list[dict], load_at_start: float) -> dict:
+    timed = [r for r in rounds if r["all_acked_ms"] is not None and r["raw_ms"]]
+    return {
+        "agents": nodes,
+        "rounds": len(rounds),
+        "all_acked_ms": round(statistics.median(r["all_acked_ms"] for r in timed)) if timed else None,
+        "group_send_ms": round(statistics.median(r["raw_ms"] for r in timed)) if timed else None,
+        "group_send_ratio": round(statistics.median(r["all_acked_ms"] / r["raw_ms"] for r in timed), 2)
+        if timed
+        else None,
+        "commands_lost": sum(nodes - r["acked"] for r in rounds),
+        "commands_resent": sum(r["resent"] for r in rounds),
+        "each_round": rounds,
+        "load_at_start": load_at_start,
+        "load_at_end": machine_load(),
+        "cpus": os.cpu_count(),
+        "start_task": "eager, in the benchmark's process",
+    }
+
+
+if __name__ == "__main__":
+    main()
