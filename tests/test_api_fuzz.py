@@ -27,7 +27,8 @@ def unnamed(operation: str) -> str:
 
 
 @pytest.fixture
-def live_world(transactional_db, redis_channel_layer):
+def live_world(transactional_db, django_db_serialized_rollback, redis_channel_layer):
+    # Serialized rollback: the rows migrations write (the built-in burn-in suites) are back afterwards.
     build_world()
     server = LiveServer()
     server.start()

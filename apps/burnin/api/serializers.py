@@ -100,7 +100,7 @@ class BurnInCheckSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class BurnInNodeSerializer(serializers.ModelSerializer):
+class BurnInNodeSerializer(ModelSerializer):
     node = NodeBriefSerializer(read_only=True)
     thresholds = ThresholdBriefSerializer(read_only=True)
     checks = serializers.SerializerMethodField(help_text="Each step judged: check, passed, summary.")
@@ -120,7 +120,7 @@ class BurnInNodeSerializer(serializers.ModelSerializer):
 
 class BurnInSerializer(serializers.ModelSerializer):
     suite = serializers.CharField(source="suite.name", read_only=True)
-    cluster = serializers.CharField(source="cluster.name", read_only=True, default=None)
+    cluster = serializers.CharField(source="cluster.name", read_only=True, default=None, allow_null=True)
     run_state = serializers.CharField(source="run.state", read_only=True)
     node_count = serializers.IntegerField(read_only=True)
     nodes = serializers.SerializerMethodField(help_text="How many nodes are testing, passed, failed, and moved where.")

@@ -16,9 +16,18 @@ class ChoiceField(serializers.ChoiceField):
 
 
 class ModelSerializer(serializers.ModelSerializer):
-    """The API's model serializer: a model field's choices come as a ChoiceField that lists them."""
+    """The API's model serializer: a model field's choices come as a ChoiceField that lists them, and
+    a field named in ``read_only_fields`` keeps its ``allow_blank`` (DRF drops it, and the schema then
+    forbids the "" a response carries, e.g. the outcome of a burn-in not judged yet)."""
 
     serializer_choice_field = ChoiceField
+
+    def include_extra_kwargs(self, kwargs: dict[str, Any], extra_kwargs: dict[str, Any]) -> dict[str, Any]:
+        allow_blank = kwargs.get("allow_blank", False)
+        kwargs = super().include_extra_kwargs(kwargs, extra_kwargs)
+        if allow_blank and kwargs.get("read_only"):
+            kwargs["allow_blank"] = True
+        return kwargs
 
 
 class ValidatedModelSerializer(ModelSerializer):
