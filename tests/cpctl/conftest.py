@@ -85,6 +85,13 @@ class Background:
     def _run(self, cpctl: Cpctl, argv: tuple[str, ...], options: dict[str, object]) -> None:
         self.result = cpctl(*argv, **options)
 
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def pause(self) -> None:
+        """A moment for cpctl's thread (it polls), between the test's own steps."""
+        self._thread.join(timeout=0.05)
+
     def join(self) -> Result:
         self._thread.join(timeout=60)
         assert self.result is not None, "cpctl did not finish within 60 s"
