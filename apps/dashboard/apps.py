@@ -12,7 +12,9 @@ class DashboardConfig(AppConfig):
         from apps.dashboard.live_streams import live_streams
 
         process.add(live_streams)
-        # Browsers hear of stored telemetry, and of node and failure changes, once they are committed.
+        # Browsers hear of stored telemetry, and of node, failure and run changes, once they are committed.
         events.subscribe(events.TelemetryStored, live_streams.telemetry.telemetry_stored)
         events.subscribe(events.NodeChanged, live_streams.changes.node_changed)
         events.subscribe(events.FailureChanged, live_streams.changes.failure_changed)
+        events.subscribe(events.RunChanged, live_streams.changes.run_changed)
+        events.subscribe(events.CommandChanged, live_streams.changes.command_changed)

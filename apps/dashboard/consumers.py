@@ -10,6 +10,7 @@ Client → server, one JSON object per text frame, at most 4 KB:
     {"subscribe": "fleet"}                  {"unsubscribe": "fleet"}
     {"subscribe": "node", "node": 7}        {"unsubscribe": "node", "node": 7}
     {"subscribe": "failures"}               {"unsubscribe": "failures"}
+    {"subscribe": "runs"}                   {"unsubscribe": "runs"}
 
 A client holds the fleet and up to ``MAX_NODE_STREAMS`` nodes. Subscribing again to a stream it
 holds sends a fresh snapshot (a way to resynchronise).
@@ -20,19 +21,20 @@ Server → client:
   ``{"type": "snapshot", "stream": "node", "node": 7, "state": {...}}``: the reply to a subscribe,
   the stream's current state (apps/dashboard/streams.py lists the fields). The failures feed has
   no state: its snapshot, ``{"type": "snapshot", "stream": "failures"}``, only says that every
-  failure change from then on will follow.
+  failure change from then on will follow. The runs feed is alike: ``{"type": "snapshot", "stream": "runs"}``.
 - ``{"type": "delta", "fleet": {"<id>": {...}}, "nodes": {"<id>": {...}}, "failures": {"<id>": {...}}}``:
   what changed since the last message, for every stream the client holds, in one message at most
   once a second. Only values that differ from what the client has are present; a node, GPU or field
   that is absent is unchanged. Apply it by merging: objects key by key, any other value replaces.
-  ``failures`` holds each failure that changed, whole, as the REST API shows it.
+  ``failures`` holds each failure that changed, whole, as the REST API shows it; ``runs`` each run
+  that changed or made progress, as apps/dashboard/streams.py ``run_summary`` sums it up.
 - ``{"type": "unsubscribed", "stream": ..., ["node": 7]}``: the reply to an unsubscribe.
 - ``{"type": "error", "reason": ..., "message": ...}``: the reply to a message the server could not
   act on (malformed JSON, unknown key, wrong type, oversize, unknown node, too many nodes); the
   connection goes on.
 
 Updates arrive from the channel layer: ``telemetry.node`` / ``telemetry.fleet`` (apps/dashboard/live.py,
-as each ingested batch commits) and ``node.state`` / ``failure.update`` (apps/dashboard/publish.py).
+as each ingested batch commits) and ``node.state`` / ``failure.update`` / ``run.update`` (apps/dashboard/publish.py).
 They are merged into what the client is owed and sent together, at most once a second, soon after
 fresh values arrive (apps/dashboard/pacing.py says when).
 """
@@ -49,9 +51,9 @@ from apps.core.clock import Clock, LoopClock
 from apps.core.websockets import client_gone
 from apps.dashboard import streams, watchers
 from apps.dashboard.access import refusal_now, refusal_on_connect
-from apps.dashboard.deltas import LiveView, Tree
+from apps.dashboard.deltas import FAILURES, FEEDS, RUNS, LiveView, Tree
 from apps.dashboard.live_streams import live_streams
-from apps.dashboard.messages import FAILURES_GROUP, FLEET_GROUP, node_group
+from apps.dashboard.messages import FLEET_GROUP, node_group
 from apps.dashboard.pacing import DeltaPacing
 
 log = logging.getLogger(__name__)
@@ -68,7 +70,7 @@ class BadMessage(Exception):
 
 
 NodeId = Annotated[int, msgspec.Meta(ge=1, le=2**63 - 1)]
-Stream = Literal["fleet", "node", "failures"]
+Stream = Literal["fleet", "node", "failures", "runs"]  # a feed's group is named as the feed
 
 
 class ClientMessage(msgspec.Struct, forbid_unknown_fields=True):
@@ -78,7 +80,8 @@ class ClientMessage(msgspec.Struct, forbid_unknown_fields=True):
 
 
 USAGE = (
-    'Expected {"subscribe": "fleet"}, {"subscribe": "failures"} or {"subscribe": "node", "node": <id>}, '
+    'Expected {"subscribe": "fleet"}, {"subscribe": "failures"}, {"subscribe": "runs"} '
+    'or {"subscribe": "node", "node": <id>}, '
     'or the same with "unsubscribe".'
 )
 
@@ -211,8 +214,8 @@ class LiveConsumer(AsyncWebsocketConsumer):
             return
         elif action == "unsubscribe":
             await self._unsubscribe(stream, node_id)
-        elif stream == "failures":
-            await self._subscribe_failures()
+        elif stream in FEEDS:
+            await self._subscribe_feed(stream)
         else:
             await self._subscribe_node(node_id)
 
@@ -231,11 +234,11 @@ class LiveConsumer(AsyncWebsocketConsumer):
             self.view.reset_fleet(entries)
             await self._send_snapshot({"stream": "fleet", "nodes": entries})
 
-    async def _subscribe_failures(self) -> None:
-        await self.channel_layer.group_add(FAILURES_GROUP, self.channel_name)
+    async def _subscribe_feed(self, feed: str) -> None:
+        await self.channel_layer.group_add(feed, self.channel_name)
         async with self._send_lock:
-            self.view.reset_failures()
-            await self._send_snapshot({"stream": "failures"})
+            self.view.reset_feed(feed)
+            await self._send_snapshot({"stream": feed})
 
     async def _subscribe_node(self, node_id: int) -> None:
         if not self.view.holds_node(node_id) and len(self.view.node_ids()) >= MAX_NODE_STREAMS:
@@ -255,10 +258,10 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self.channel_layer.group_discard(FLEET_GROUP, self.channel_name)
             self.view.drop_fleet()
             reply = {"type": "unsubscribed", "stream": "fleet"}
-        elif stream == "failures":
-            await self.channel_layer.group_discard(FAILURES_GROUP, self.channel_name)
-            self.view.drop_failures()
-            reply = {"type": "unsubscribed", "stream": "failures"}
+        elif stream in FEEDS:
+            await self.channel_layer.group_discard(stream, self.channel_name)
+            self.view.drop_feed(stream)
+            reply = {"type": "unsubscribed", "stream": stream}
         else:
             await self.channel_layer.group_discard(node_group(node_id), self.channel_name)
             await watchers.unwatch(self.channel_name, [node_id])
@@ -290,13 +293,17 @@ class LiveConsumer(AsyncWebsocketConsumer):
         """From ``node.<id>`` and from ``failures``: a client holding both gets it twice, and sends it once."""
         failure = event["failure"]
         to_node = self.view.offer_node(event["node"], {"failures": {str(failure["id"]): failure}, **event["state"]})
-        to_feed = self.view.offer_failure(failure["id"], failure)
+        to_feed = self.view.offer_to_feed(FAILURES, failure["id"], failure)
         self._owe_update(to_node or to_feed)
 
+    async def run_update(self, event: dict[str, Any]) -> None:
+        """From ``runs``: a run changed state, made progress or wrote a log line."""
+        self._owe_update(self.view.offer_to_feed(RUNS, event["run"], event["summary"]))
+
     def _stream_groups(self) -> list[str]:
-        """The groups of the fleet and failures streams the client holds."""
-        held = ((FLEET_GROUP, self.view.holds_fleet()), (FAILURES_GROUP, self.view.holds_failures()))
-        return [group for group, holds in held if holds]
+        """The groups of the fleet stream and of the feeds the client holds."""
+        held = [FLEET_GROUP] if self.view.holds_fleet() else []
+        return held + [feed for feed in FEEDS if self.view.holds_feed(feed)]
 
     def _owe_update(self, noted: bool) -> None:
         if not noted or self._closing:

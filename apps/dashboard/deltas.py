@@ -7,10 +7,10 @@ delta. ``take_delta`` returns the parts of ``pending`` that differ from ``sent``
 dropped, and a key that ``pending`` lacks is unchanged, never removed), and merges them into
 ``sent``. The client applies a delta the same way: objects merge key by key, anything else replaces.
 
-The failures feed, ``{"failures": {failure: payload}}``, is the exception: it holds no state. Each
-failure that changed goes out whole in the next delta, and ``sent`` forgets it once it went out
-(a page open for weeks would otherwise remember every failure of those weeks; the publisher
-already drops a payload that did not change).
+The feeds, ``{"failures": {failure: payload}}`` and ``{"runs": {run: summary}}``, are the exception:
+they hold no state. Each failure or run that changed goes out whole in the next delta, and ``sent``
+forgets it once it went out (a page open for weeks would otherwise remember every failure of those
+weeks; the publisher already drops a payload that did not change).
 """
 
 from typing import Any
@@ -20,6 +20,8 @@ Tree = dict[str, Any]
 FLEET = "fleet"
 NODES = "nodes"
 FAILURES = "failures"
+RUNS = "runs"
+FEEDS = (FAILURES, RUNS)
 _MISSING = object()
 
 
@@ -59,8 +61,8 @@ class LiveView:
     def node_ids(self) -> list[int]:
         return [int(key) for key in self.sent.get(NODES, {})]
 
-    def holds_failures(self) -> bool:
-        return FAILURES in self.sent
+    def holds_feed(self, feed: str) -> bool:
+        return feed in self.sent
 
     def holds_node(self, node_id: int) -> bool:
         return str(node_id) in self.sent.get(NODES, {})
@@ -75,14 +77,14 @@ class LiveView:
         self.sent.setdefault(NODES, {})[str(node_id)] = state
         self.pending.get(NODES, {}).pop(str(node_id), None)
 
-    def reset_failures(self) -> None:
-        """The client subscribed to the failures feed: every failure change from now on is its."""
-        self.sent[FAILURES] = {}
-        self.pending.pop(FAILURES, None)
+    def reset_feed(self, feed: str) -> None:
+        """The client subscribed to a feed (FEEDS): every change of its items from now on is its."""
+        self.sent[feed] = {}
+        self.pending.pop(feed, None)
 
-    def drop_failures(self) -> None:
-        self.sent.pop(FAILURES, None)
-        self.pending.pop(FAILURES, None)
+    def drop_feed(self, feed: str) -> None:
+        self.sent.pop(feed, None)
+        self.pending.pop(feed, None)
 
     def drop_fleet(self) -> None:
         self.sent.pop(FLEET, None)
@@ -100,12 +102,12 @@ class LiveView:
         """Note a node state's change for the next delta; whether it was noted."""
         return self.holds_node(node_id) and self._offer(NODES, str(node_id), fragment)
 
-    def offer_failure(self, failure_id: int, payload: Tree) -> bool:
-        """A failure as it is now (the whole payload, which replaces any earlier one still pending);
-        whether it was noted."""
-        if not self.holds_failures():
+    def offer_to_feed(self, feed: str, item_id: int, payload: Tree) -> bool:
+        """A feed's item (a failure, a run) as it is now (the whole payload, which replaces any earlier
+        one still pending); whether it was noted."""
+        if not self.holds_feed(feed):
             return False
-        self.pending.setdefault(FAILURES, {})[str(failure_id)] = payload
+        self.pending.setdefault(feed, {})[str(item_id)] = payload
         return True
 
     def _offer(self, stream: str, key: str, fragment: Tree) -> bool:
@@ -125,6 +127,7 @@ class LiveView:
         delta = changes(self.sent, self.pending)
         self.pending = {}
         merge(self.sent, delta)
-        if self.holds_failures():
-            self.sent[FAILURES] = {}
+        for feed in FEEDS:
+            if self.holds_feed(feed):
+                self.sent[feed] = {}
         return delta

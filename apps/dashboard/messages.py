@@ -1,7 +1,8 @@
 """What the live streams send through the channel layer: its groups, and the telemetry messages.
 
 Groups (one per resource, DESIGN.md): ``node.<id>`` (a node's telemetry, state and failures),
-``fleet`` (every node's summary and state) and ``failures`` (the failures page's feed). The ``ws/live``
+``fleet`` (every node's summary and state), ``failures`` (the failures page's feed) and ``runs``
+(the runs pages' feed, and the fleet page's running jobs). The ``ws/live``
 consumer (apps/dashboard/consumers.py) joins them for what its browser holds; the live publisher
 (apps/dashboard/live.py) and the change publisher (apps/dashboard/publish.py) send to them.
 
@@ -17,6 +18,7 @@ from agents.protocol import NodeSample
 
 FLEET_GROUP = "fleet"
 FAILURES_GROUP = "failures"
+RUNS_GROUP = "runs"
 LIVE_GPU_FIELDS = ("util_gpu", "util_mem", "mem_used_mib", "temp_c", "power_w", "sm_clock_mhz")
 
 

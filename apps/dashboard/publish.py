@@ -9,7 +9,11 @@ and ``FailureChanged`` events (apps/core/events.py; subscribed in apps/dashboard
   severity go to ``fleet`` when they changed.
 
 Messages (channel layer ``type`` → consumer handler): ``node.state`` {node, state: {field: value}},
-``failure.update`` {node, failure: {...}, state: {alarms, severity}}.
+``failure.update`` {node, failure: {...}, state: {alarms, severity}}, ``run.update`` {run, summary}.
+
+- ``ChangePublisher.run_changed`` / ``command_changed``: a run started or ended, or one of its commands
+  changed state, made progress or wrote a log line (apps/jobs). The run's summary
+  (apps/dashboard/streams.py ``run_summary``) goes to ``runs``.
 
 Events arrive once their transaction has committed, and rows are read back then rather than taken
 from the event: what browsers get is what is committed (a caller's copy of a node may hold a
@@ -28,9 +32,9 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
-from apps.core.events import FailureChanged, NodeChanged
+from apps.core.events import CommandChanged, FailureChanged, NodeChanged, RunChanged
 from apps.dashboard import streams
-from apps.dashboard.messages import FAILURES_GROUP, FLEET_GROUP, node_group
+from apps.dashboard.messages import FAILURES_GROUP, FLEET_GROUP, RUNS_GROUP, node_group
 
 _REMEMBERED = 10_000  # payloads remembered to drop repeats (a few MB at most)
 
@@ -82,6 +86,16 @@ class ChangePublisher:
             to_fleet=fleet_message if self._last_sent.is_new(("alarms", node_id), alarms) else None,
             to_failures=failure_message,
         )
+
+    def run_changed(self, event: RunChanged | CommandChanged) -> None:
+        summary = streams.run_summary(event.run_id)
+        if summary is None or not self._last_sent.is_new(("run", event.run_id), summary):
+            return
+        layer = get_channel_layer()
+        if layer is not None:
+            async_to_sync(layer.group_send)(RUNS_GROUP, {"type": "run.update", "run": event.run_id, "summary": summary})
+
+    command_changed = run_changed
 
     def forget(self) -> None:
         """Forget what was sent: the next change of every node and failure is sent whole."""

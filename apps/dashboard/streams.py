@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery
 
 from apps.dashboard.deltas import Tree
 from apps.dashboard.messages import LIVE_GPU_FIELDS, GpuReading, fleet_entry
@@ -38,6 +38,7 @@ from apps.failures.api.serializers import FailureSerializer
 from apps.failures.choices import FailureKind, most_severe
 from apps.failures.models import IS_ALARM, Failure
 from apps.inventory.models import Node
+from apps.jobs.models import CommandLogLine, Run
 from apps.telemetry.models import LatestGpuSample
 
 FLEET_TELEMETRY_FIELDS = ("ts", "gpus", "util_gpu_mean", "power_w_total", "temp_c_max", "heat")
@@ -215,6 +216,28 @@ def node_state(node_id: int) -> Tree | None:
 def node_alarms(node_id: int) -> Tree:
     """``alarms`` and ``severity`` of one node: one query."""
     return alarm_summary([tuple(alarm) for _, *alarm in alarm_rows(Failure.objects.filter(node_id=node_id))])
+
+
+def run_percent(run: Run) -> int:
+    """How far a run (``Run.objects.with_counts()``) is, in whole percent."""
+    return round(100 * run.progress_sum / run.command_count) if run.command_count else 0
+
+
+def run_summary(run_id: int) -> Tree | None:
+    """A run as the runs feed sends it (None: gone): its state, progress in percent, counts, and the id
+    of its newest log line (so that a page showing its log hears of a new line). One query."""
+    newest_line = CommandLogLine.objects.filter(command__run=OuterRef("pk")).order_by("-pk").values("pk")[:1]
+    run = Run.objects.with_counts().filter(pk=run_id).annotate(last_log_id=Subquery(newest_line)).first()
+    if run is None:
+        return None
+    return {
+        "state": run.state,
+        "title": run.title,
+        "percent": run_percent(run),
+        "nodes": run.node_count,
+        "failed": run.failed_count + run.expired_count,
+        "last_log_id": run.last_log_id or 0,
+    }
 
 
 def failure_update(failure_id: int) -> tuple[int, Tree] | None:

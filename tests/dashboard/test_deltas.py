@@ -1,6 +1,6 @@
 """A client's view: what it is sent is what differs from what it already has, and nothing steps back."""
 
-from apps.dashboard.deltas import LiveView, changes, merge
+from apps.dashboard.deltas import FAILURES, RUNS, LiveView, changes, merge
 
 
 def test_changes_keeps_only_what_differs_object_by_object():
@@ -78,15 +78,25 @@ def test_a_fresh_snapshot_replaces_what_was_owed_for_that_stream():
 
 def test_the_failures_feed_sends_each_changed_failure_whole_and_keeps_nothing():
     view = LiveView()
-    view.offer_failure(7, {"id": 7, "state": "open"})
+    view.offer_to_feed(FAILURES, 7, {"id": 7, "state": "open"})
     assert view.pending == {}  # not subscribed
-    view.reset_failures()
-    view.offer_failure(7, {"id": 7, "state": "open", "count": 1})
-    view.offer_failure(7, {"id": 7, "state": "open", "count": 2})  # the newest payload wins
+    view.reset_feed(FAILURES)
+    view.offer_to_feed(FAILURES, 7, {"id": 7, "state": "open", "count": 1})
+    view.offer_to_feed(FAILURES, 7, {"id": 7, "state": "open", "count": 2})  # the newest payload wins
     assert view.take_delta() == {"failures": {"7": {"id": 7, "state": "open", "count": 2}}}
     assert view.sent["failures"] == {}
-    view.offer_failure(7, {"id": 7, "state": "acknowledged", "count": 2})
+    view.offer_to_feed(FAILURES, 7, {"id": 7, "state": "acknowledged", "count": 2})
     assert view.take_delta() == {"failures": {"7": {"id": 7, "state": "acknowledged", "count": 2}}}
-    view.drop_failures()
-    view.offer_failure(7, {"id": 7, "state": "resolved", "count": 2})
-    assert (view.holds_failures(), view.take_delta()) == (False, {})
+    view.drop_feed(FAILURES)
+    view.offer_to_feed(FAILURES, 7, {"id": 7, "state": "resolved", "count": 2})
+    assert (view.holds_feed(FAILURES), view.take_delta()) == (False, {})
+
+
+def test_the_runs_feed_is_a_feed_of_its_own_beside_the_failures():
+    view = LiveView()
+    view.reset_feed(RUNS)
+    assert not view.offer_to_feed(FAILURES, 7, {"id": 7})  # not subscribed to that one
+    assert view.offer_to_feed(RUNS, 3, {"state": "running", "percent": 10})
+    assert view.offer_to_feed(RUNS, 3, {"state": "running", "percent": 40})
+    assert view.take_delta() == {"runs": {"3": {"state": "running", "percent": 40}}}
+    assert (view.sent["runs"], view.take_delta()) == ({}, {})
