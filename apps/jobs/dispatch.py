@@ -28,12 +28,12 @@ from django.db.models import F, Q
 
 from agents import protocol
 from apps.accounts.audit import record
-from apps.core.events import AgentFrame, CommandsDispatched, RunChanged, announce
+from apps.core.events import RunChanged, announce
 from apps.inventory.choices import Liveness
 from apps.inventory.models import Node
 from apps.jobs import queue
 from apps.jobs.choices import COMMAND_ACTIVE, COMMAND_OPEN, CommandState, RunState
-from apps.jobs.models import Command, Run
+from apps.jobs.models import Command, Run, send_frames
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def advance_nodes(node_ids: Iterable[int], now: datetime) -> list[Command]:
         by_node[command.node_id].append(command)
     chosen = [command.pk for commands in by_node.values() for command in _takes_now(commands)]
     sent = [command for pk in chosen if (command := _claim_send(pk, now)) is not None]
-    _dispatch(sent, [])
+    send_frames(sent, [])
     return sent
 
 
@@ -104,19 +104,6 @@ def _claim_send(pk: int, now: datetime) -> Command | None:
     except IntegrityError:  # another worker just gave the node an invasive command
         return None
     return Command.objects.get(pk=pk) if claimed else None
-
-
-def _dispatch(commands: Sequence[Command], cancels: Sequence[Command]) -> None:
-    """Hand the frames to the gateway once committed (at once outside a transaction)."""
-    frames = [AgentFrame(c.node_id, protocol.encode(c.message())) for c in commands]
-    frames += [AgentFrame(c.node_id, protocol.encode(c.cancel_message())) for c in cancels]
-    if frames:
-        announce(CommandsDispatched(tuple(frames)))
-
-
-def send_cancels(commands: Sequence[Command]) -> None:
-    """Tell the agents to stop these commands (each was cancelled or expired while an agent had it)."""
-    _dispatch([], commands)
 
 
 def queue_follow_up(command: Command) -> None:
@@ -238,7 +225,7 @@ def resend(now: datetime) -> list[Command]:
         elif command.state == CommandState.SENT or _overdue(command, now):
             commands.append(command)
     resent = [c for c in [*commands, *cancels] if _mark_resent(c, now)]
-    _dispatch([c for c in resent if c in commands], [c for c in resent if c in cancels])
+    send_frames([c for c in resent if c in commands], [c for c in resent if c in cancels])
     return resent
 
 

@@ -21,8 +21,9 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agents import protocol
-from apps.core.events import CommandChanged, RunChanged, announce
+from apps.core.events import AgentFrame, CommandChanged, CommandsDispatched, RunChanged, announce
 from apps.inventory.models import Node
+from apps.jobs import queue
 from apps.jobs.choices import (
     CHECK_CHOICES,
     COMMAND_ACTIVE,
@@ -79,8 +80,6 @@ class RunQuerySet(models.QuerySet["Run"]):
     ) -> "Run":
         """Write the run and its commands (every node takes every step, in order), then, once that is
         committed, queue its start. Auditing stays with the caller (the API request, an automation)."""
-        from apps.jobs import queue  # the task module imports this one
-
         with transaction.atomic():
             run = self.create(
                 kind=kind,
@@ -282,20 +281,16 @@ class Command(models.Model):
 
     def cancel(self, *, actor: str, reason: str = "") -> None:
         """Cancel this one command (the rest of its run goes on). Raises IllegalRunChange once it is over."""
-        from apps.jobs import dispatch  # dispatch imports this module
-
         with transaction.atomic():
             if not self.stop(CommandState.CANCELLED, _cancel_reason(actor, reason), timezone.now()):
                 self.refresh_from_db()
                 raise IllegalRunChange(f"{self} is {self.get_state_display().lower()}; there is nothing to cancel.")
-            dispatch.queue_follow_up(self)  # its run may be over now, and its node free for the next
+            queue.command_finished(self.pk)  # its run may be over now, and its node free for the next
 
     def stop(self, to: str, reason: str, now: datetime) -> bool:
         """End an open command as cancelled or expired. One the agent has is also asked to stop there
         (``stop_requested_at``; the Cancel goes out on commit and again until the agent answers). False
         when it was already over."""
-        from apps.jobs import dispatch  # dispatch imports this module
-
         with transaction.atomic():
             open_states = [state for state in CommandState.values if state not in COMMAND_FINAL]
             current = Command.objects.filter(pk=self.pk, state__in=open_states).values_list("state", flat=True).first()
@@ -310,7 +305,7 @@ class Command(models.Model):
             self.state, self.finished_at, self.reason = to, now, reason[:2000]
             self.stop_requested_at = now if had_it else None
             if had_it:
-                dispatch.send_cancels([self])
+                send_frames([], [self])
             announce(CommandChanged(self.pk, self.run_id, self.node_id, "state"))
         return True
 
@@ -331,3 +326,12 @@ class CommandLogLine(models.Model):
 
     def __str__(self) -> str:
         return f"{self.level}: {self.message[:60]}"
+
+
+def send_frames(commands: Sequence[Command], cancels: Sequence[Command]) -> None:
+    """Hand the commands' frames, and the cancels', to the gateway once committed (at once outside a
+    transaction)."""
+    frames = [AgentFrame(c.node_id, protocol.encode(c.message())) for c in commands]
+    frames += [AgentFrame(c.node_id, protocol.encode(c.cancel_message())) for c in cancels]
+    if frames:
+        announce(CommandsDispatched(tuple(frames)))

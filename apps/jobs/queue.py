@@ -8,7 +8,7 @@ launched a run, or a gateway consumer that stored a result, never fails for want
 import logging
 from functools import partial
 
-from celery import Task
+from celery import Task, current_app
 from django.conf import settings
 from django.db import transaction
 from kombu.exceptions import KombuError
@@ -34,9 +34,9 @@ def _after_commit(task_name: str, *args: int) -> None:
 
 
 def _send(task_name: str, args: tuple[int, ...]) -> None:
-    from apps.jobs import tasks  # the tasks import the modules that queue them
-
-    send(getattr(tasks, task_name), args)
+    # By name from Celery's registry (JobsConfig.ready registers the tasks): the tasks module imports
+    # the modules that queue them, so importing it here would close a circle.
+    send(current_app.tasks[f"apps.jobs.tasks.{task_name}"], args)
 
 
 def send(task: Task, args: tuple[int, ...]) -> None:
