@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("agents", "apps", "controlplane")
+PACKAGES = ("agents", "apps", "controlplane", "cpctl")
 
 
 def module_name(path: Path) -> str:
