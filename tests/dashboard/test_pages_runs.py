@@ -6,7 +6,7 @@ a run's page that follows its progress live and cancels a node's command and the
 from datetime import timedelta
 
 import pytest
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync, sync_to_async
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -72,8 +72,14 @@ def page(user: User, path: str) -> str:
     client = Client()
     client.force_login(user)
     response = client.get(path)
-    assert response.status_code == 200, response.content[:500]
-    return response.content.decode()
+    assert response.status_code == 200
+    if not response.streaming:
+        return response.content.decode()
+
+    async def body() -> bytes:  # the fleet page streams its shell first
+        return b"".join([chunk async for chunk in response.streaming_content])
+
+    return async_to_sync(body)().decode()
 
 
 def queries(user: User, path: str) -> int:
@@ -228,3 +234,13 @@ def test_the_runs_pages_light_and_dark_at_1366_and_1920(open_page, viewer):
         expect(detail.locator("tr[data-node]")).to_have_count(4)
         assert fits_the_width(detail), f"run{suffix} scrolls sideways"
         screenshot(detail, f"run{suffix}")
+
+
+def test_the_fleet_pages_running_jobs_lists_running_runs_only(viewer_user):
+    running, over = make_run(1, title="rack 7 burn-in"), make_run(1, title="yesterday's")
+    Run.objects.filter(pk=over.pk).update(state=RunState.SUCCEEDED)
+    html = page(viewer_user, "/")
+    jobs = html[html.index('id="jobs"') :]
+    assert f'href="/runs/{running.pk}/"' in jobs
+    assert f'href="/runs/{over.pk}/"' not in jobs
+    assert "rack 7 burn-in" in jobs

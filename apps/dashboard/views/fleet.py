@@ -12,6 +12,7 @@ from apps.dashboard import streams
 from apps.dashboard.fleet_mirror import script_json
 from apps.dashboard.live_streams import live_streams
 from apps.dashboard.views.base import DashboardPage
+from apps.dashboard.views.runs import running_runs
 from apps.failures.models import Failure
 from apps.inventory.choices import Lifecycle, Liveness
 from apps.inventory.models import Gpu, Node
@@ -92,6 +93,7 @@ class FleetPage(DashboardPage):
             "lifecycle_counts": [(state, counts["lifecycle"].get(state.value, 0)) for state in Lifecycle],
             "liveness_counts": [(state, counts["liveness"].get(state.value, 0)) for state in Liveness],
             "recent_failures": recent,
+            "runs": running_runs(),
             "pricing": pricing,
             "state_counts": counts,
             "snapshot_mark": SNAPSHOT_MARK,
