@@ -25,7 +25,7 @@ def signed_in_context(origin: str, session: str) -> Iterator[Any]:
 
 
 def fresh_loads(context: Any, path: str, probe: str, *, loads: int, ready: str | None = None) -> list[Any]:
-    """Open ``path`` in ``loads`` fresh pages; from each, once ``ready`` (a JavaScript condition) holds,
+    """Open ``path`` in ``loads`` fresh pages; from each, once ``ready`` (a JavaScript function) holds,
     the value of ``probe``: a JavaScript expression that may read ``nav``, the load's Navigation
     Timing entry."""
     results = []
@@ -35,7 +35,8 @@ def fresh_loads(context: Any, path: str, probe: str, *, loads: int, ready: str |
         if ready is not None:
             page.wait_for_function(ready, timeout=30_000)
         results.append(
-            page.evaluate(f"(() => {{ const nav = performance.getEntriesByType('navigation')[0]; return {probe}; }})()")
+            # A function, not an expression: the pages' Content-Security-Policy refuses eval.
+            page.evaluate(f"() => {{ const nav = performance.getEntriesByType('navigation')[0]; return {probe}; }}")
         )
         page.close()
     return results

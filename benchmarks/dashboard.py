@@ -70,17 +70,17 @@ def measure_in_chromium(origin: str, session: str, *, loads: int, seconds: float
             "{render: performance.getEntriesByName('fleet-first-render')[0].startTime, "
             "first_byte: nav.responseStart, html: nav.responseEnd, bytes: nav.transferSize}",
             loads=loads,
-            ready="window.cpFleetRendered !== undefined",
+            ready="() => window.cpFleetRendered !== undefined",
         )
         page = context.new_page()
         page.goto("/")
-        page.wait_for_function("window.cpFleetRendered !== undefined", timeout=30_000)
+        page.wait_for_function("() => window.cpFleetRendered !== undefined", timeout=30_000)
         page.wait_for_timeout(3_000)  # past the snapshot, into the steady stream of deltas
-        start = page.evaluate("({bytes: cpFleet.live.bytesReceived, updates: cpFleet.live.updateMs.length})")
+        start = page.evaluate("() => ({bytes: cpFleet.live.bytesReceived, updates: cpFleet.live.updateMs.length})")
         # The two lists grow together, one entry per update, and are bounded far above 30 s of updates.
         page.wait_for_timeout(seconds * 1000)
         end = page.evaluate(
-            "({bytes: cpFleet.live.bytesReceived, times: cpFleet.live.updateMs.slice(), "
+            "() => ({bytes: cpFleet.live.bytesReceived, times: cpFleet.live.updateMs.slice(), "
             "worker: cpFleet.live.workerMs.slice(), cells: "
             "cpFleet.heatmap.blocks.reduce((n, b) => n + b.gpus, 0), live: document.body.dataset.live})"
         )

@@ -108,12 +108,12 @@ def measure_in_chromium(origin: str, session: str, *, loads: int, seconds: float
         )
         page = context.new_page()
         page.goto("/nodes/")
-        page.wait_for_function("window.cpNodes?.live.updateMs.length > 0", timeout=30_000)
+        page.wait_for_function("() => window.cpNodes?.live.updateMs.length > 0", timeout=30_000)
         page.wait_for_timeout(2_000)
-        start = page.evaluate("cpNodes.live.updateMs.length")
+        start = page.evaluate("() => cpNodes.live.updateMs.length")
         page.wait_for_timeout(seconds * 1000)
-        timings = page.evaluate("cpNodes.live.updateMs.slice()")
-        snapshot = page.evaluate("cpNodes.live.updateMs[0]")
+        timings = page.evaluate("() => cpNodes.live.updateMs.slice()")
+        snapshot = page.evaluate("() => cpNodes.live.updateMs[0]")
         sorts = [
             page.evaluate(
                 """(name) => { const button = [...document.querySelectorAll('th button.sort')]
