@@ -118,7 +118,7 @@ def test_it_filters_as_the_query_string_says(viewer_user, gpu_node, query, expec
     ("query", "message"),
     [
         ("?state=broken", "Unknown state"),
-        ("?severity=dire", "Select a valid choice"),
+        ("?severity=dire", "dire is not a valid choice; valid choices are"),
         ("?since=yesterday", "Enter a valid date/time"),
     ],
 )
