@@ -92,6 +92,11 @@ class RunningDemo(Launched):
                 os.kill(pid, signal.SIGKILL)
 
 
+# The results of the burn-in the examples have just started: minutes away when the examples run, so
+# these answer (a page, or the shell's `set -e` and curl's --fail fail the run) but may find nothing.
+RESULTS_STILL_TO_COME = ("/burn-in-nodes?state=failed", "/burn-in-checks?")
+
+
 def readme_api_examples() -> list[str]:
     """The README's shell commands that call the control plane (``$CP``), continuation lines joined."""
     readme = (BASE_DIR / "README.md").read_text(encoding="utf-8")
@@ -176,8 +181,9 @@ def test_it_serves_the_product_as_the_readme_says_and_stops_cleanly(running_demo
     commands = readme_api_examples()
     assert any("/api/v1/nodes?" in command for command in commands)  # the examples are found
     for command, output in zip(commands, run_as_printed(commands, running_demo.url(""), token), strict=True):
-        if output:  # an assignment (NODE=$(...)) prints nothing
-            assert json.loads(output).get("count", 1) > 0, f"{command} found nothing"
+        if output and not any(query in command for query in RESULTS_STILL_TO_COME):  # an assignment prints nothing
+            answer = json.loads(output)  # a page, an object, or a run's log lines (a list, which may be empty)
+            assert not isinstance(answer, dict) or answer.get("count", 1) > 0, f"{command} found nothing"
 
     running_demo.signal_group(signal.SIGTERM)  # systemd, timeout or a supervisor stopping it
     running_demo.signal_launcher(signal.SIGTERM)  # and make, forwarding the signal
