@@ -37,7 +37,6 @@ local Redis; flushed first). The last line printed is JSON.
 import argparse
 import json
 import os
-import secrets
 import sys
 import tempfile
 import time
@@ -48,8 +47,6 @@ from typing import TypeVar
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/10")
-os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
 
 from benchmarks.scratch_database import scratch_postgresql  # noqa: E402
 from benchmarks.telemetry_harness import (  # noqa: E402
