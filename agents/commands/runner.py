@@ -18,7 +18,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 import msgspec
 
@@ -29,6 +29,7 @@ from agents.protocol import (
     CheckProgress,
     CheckResult,
     Command,
+    CommandOutcome,
     CommandResult,
     ProtocolError,
     decode_check_line,
@@ -57,6 +58,14 @@ class Runner(Protocol):
         """Run ``command`` until it ends, ``stop`` is set or its time limit passes. ``started`` is called
         once it runs (with its pid), ``relay`` with each progress and log line."""
         ...
+
+
+def ended(
+    command: Command, outcome: CommandOutcome, *, began: float, clock: Callable[[], float], **fields: Any
+) -> CommandResult:
+    """The result of a command that ran from ``began`` until now, as every runner reports it: never
+    finished before it started, even if the clock stepped back meanwhile."""
+    return CommandResult(key=command.key, outcome=outcome, started=began, finished=max(clock(), began), **fields)
 
 
 class SubprocessRunner:
@@ -108,12 +117,12 @@ class SubprocessRunner:
             await asyncio.wait_for(asyncio.shield(readers), self.grace_s)
         except TimeoutError:  # a process that left the group holds the pipes: stop reading them
             readers.cancel()
-        return CommandResult(
-            key=command.key,
-            outcome=outcome,
+        return ended(
+            command,
+            outcome,
+            began=began,
+            clock=self.clock,
             exit_code=process.returncode if outcome == "exited" else None,
-            started=began,
-            finished=max(self.clock(), began),
             result=lines.result,
             output=output.text(),
             output_truncated=output.truncated,

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from agents.commands.runner import Line
+from agents.commands.runner import Line, ended
 from agents.protocol import CheckProgress, CheckResult, Command, CommandResult
 from agents.simulator.checks import simulate_check
 from agents.simulator.collector import SimulatedCollector
@@ -55,15 +55,5 @@ class SimulatedRunner:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), duration / STEPS)
             if stop.is_set():
-                finished = self.clock()
-                return CommandResult(
-                    key=command.key, outcome="cancelled", started=began, finished=finished, detail="stopped on cancel"
-                )
-        return CommandResult(
-            key=command.key,
-            outcome="exited",
-            exit_code=exit_code(result),
-            started=began,
-            finished=max(self.clock(), began),
-            result=result,
-        )
+                return ended(command, "cancelled", began=began, clock=self.clock, detail="stopped on cancel")
+        return ended(command, "exited", began=began, clock=self.clock, exit_code=exit_code(result), result=result)
