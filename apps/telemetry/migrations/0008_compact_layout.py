@@ -155,7 +155,9 @@ def rollups_forward(apps, schema_editor):
     for old, new in ROLLUPS:
         rows = apps.get_model("telemetry", old).objects.order_by("node_id", "bucket", "gpu_index").values()
         made = []
-        for (node_id, bucket), group in itertools.groupby(rows.iterator(CHUNK), key=lambda r: (r["node_id"], r["bucket"])):
+        for (node_id, bucket), group in itertools.groupby(
+            rows.iterator(CHUNK), key=lambda r: (r["node_id"], r["bucket"])
+        ):
             gpus = {}
             for row in group:
                 summaries = {
@@ -206,6 +208,66 @@ def rollups_backward(apps, schema_editor):
             old_model.objects.bulk_create(made)
 
 
+# Django's state of the new tables ---------------------------------------------------------------
+
+
+def node_field(on_delete=django.db.models.deletion.DO_NOTHING, related_name: str = "+") -> tuple[str, models.Field]:
+    return (
+        "node",
+        models.ForeignKey(
+            db_constraint=False, db_index=False, on_delete=on_delete, related_name=related_name, to="inventory.node"
+        ),
+    )
+
+
+def key_field(time_column: str) -> tuple[str, models.Field]:
+    return (
+        "pk",
+        models.CompositePrimaryKey("node", time_column, blank=True, editable=False, primary_key=True, serialize=False),
+    )
+
+
+def raw_model(name: str, packed: str, help_text: str) -> migrations.CreateModel:
+    return migrations.CreateModel(
+        name=name,
+        fields=[
+            ("ts", models.DateTimeField(help_text="When the agent took the sample.")),
+            ("received_at", models.DateTimeField(help_text="When the server stored the batch holding this sample.")),
+            key_field("ts"),
+            (packed, models.BinaryField(help_text=help_text)),
+            node_field(),
+        ],
+        options={"abstract": False},
+    )
+
+
+def rollup_model(
+    name: str, on_delete=django.db.models.deletion.DO_NOTHING, related_name: str = "+"
+) -> migrations.CreateModel:
+    return migrations.CreateModel(
+        name=name,
+        fields=[
+            ("bucket", models.DateTimeField(help_text="Start of the bucket (UTC).")),
+            (
+                "gpus",
+                models.BinaryField(
+                    help_text="Each GPU's counts, minimums, sums and maximums, packed (ROLLUP_PACKING)."
+                ),
+            ),
+            ("_gpus", models.SmallIntegerField(help_text="GPUs that reported in the bucket.")),
+            (
+                "_util_gpu_total",
+                models.FloatField(help_text="Sum of util_gpu over every sample of every GPU, %.", null=True),
+            ),
+            ("_util_gpu_samples", models.IntegerField(help_text="Samples that reported util_gpu.")),
+            ("_power_w_total", models.FloatField(help_text="Sum of the GPUs' mean power draw, W.", null=True)),
+            key_field("bucket"),
+            node_field(on_delete, related_name),
+        ],
+        options={"abstract": False},
+    )
+
+
 class Migration(migrations.Migration):
     dependencies = [
         ("inventory", "0002_burn_in_results"),
@@ -215,152 +277,12 @@ class Migration(migrations.Migration):
     operations = [
         migrations.SeparateDatabaseAndState(
             state_operations=[
-                migrations.CreateModel(
-                    name="NodeGpuSample",
-                    fields=[
-                        ("ts", models.DateTimeField(help_text="When the agent took the sample.")),
-                        (
-                            "received_at",
-                            models.DateTimeField(help_text="When the server stored the batch holding this sample."),
-                        ),
-                        (
-                            "pk",
-                            models.CompositePrimaryKey(
-                                "node", "ts", blank=True, editable=False, primary_key=True, serialize=False
-                            ),
-                        ),
-                        ("gpus", models.BinaryField(help_text="Every GPU's reading, packed (GPU_PACKING).")),
-                        (
-                            "node",
-                            models.ForeignKey(
-                                db_constraint=False,
-                                db_index=False,
-                                on_delete=django.db.models.deletion.DO_NOTHING,
-                                related_name="+",
-                                to="inventory.node",
-                            ),
-                        ),
-                    ],
-                    options={
-                        "abstract": False,
-                    },
+                raw_model("NodeGpuSample", "gpus", "Every GPU's reading, packed (GPU_PACKING)."),
+                rollup_model(
+                    "NodeHourRollup", on_delete=django.db.models.deletion.CASCADE, related_name="hour_rollups"
                 ),
-                migrations.CreateModel(
-                    name="NodeHourRollup",
-                    fields=[
-                        ("bucket", models.DateTimeField(help_text="Start of the bucket (UTC).")),
-                        (
-                            "gpus",
-                            models.BinaryField(
-                                help_text="Each GPU's counts, minimums, sums and maximums, packed (ROLLUP_PACKING)."
-                            ),
-                        ),
-                        ("_gpus", models.SmallIntegerField(help_text="GPUs that reported in the bucket.")),
-                        (
-                            "_util_gpu_total",
-                            models.FloatField(
-                                help_text="Sum of util_gpu over every sample of every GPU, %.", null=True
-                            ),
-                        ),
-                        ("_util_gpu_samples", models.IntegerField(help_text="Samples that reported util_gpu.")),
-                        (
-                            "_power_w_total",
-                            models.FloatField(help_text="Sum of the GPUs' mean power draw, W.", null=True),
-                        ),
-                        (
-                            "pk",
-                            models.CompositePrimaryKey(
-                                "node", "bucket", blank=True, editable=False, primary_key=True, serialize=False
-                            ),
-                        ),
-                        (
-                            "node",
-                            models.ForeignKey(
-                                db_constraint=False,
-                                db_index=False,
-                                on_delete=django.db.models.deletion.CASCADE,
-                                related_name="hour_rollups",
-                                to="inventory.node",
-                            ),
-                        ),
-                    ],
-                    options={
-                        "abstract": False,
-                    },
-                ),
-                migrations.CreateModel(
-                    name="NodeMinuteRollup",
-                    fields=[
-                        ("bucket", models.DateTimeField(help_text="Start of the bucket (UTC).")),
-                        (
-                            "gpus",
-                            models.BinaryField(
-                                help_text="Each GPU's counts, minimums, sums and maximums, packed (ROLLUP_PACKING)."
-                            ),
-                        ),
-                        ("_gpus", models.SmallIntegerField(help_text="GPUs that reported in the bucket.")),
-                        (
-                            "_util_gpu_total",
-                            models.FloatField(
-                                help_text="Sum of util_gpu over every sample of every GPU, %.", null=True
-                            ),
-                        ),
-                        ("_util_gpu_samples", models.IntegerField(help_text="Samples that reported util_gpu.")),
-                        (
-                            "_power_w_total",
-                            models.FloatField(help_text="Sum of the GPUs' mean power draw, W.", null=True),
-                        ),
-                        (
-                            "pk",
-                            models.CompositePrimaryKey(
-                                "node", "bucket", blank=True, editable=False, primary_key=True, serialize=False
-                            ),
-                        ),
-                        (
-                            "node",
-                            models.ForeignKey(
-                                db_constraint=False,
-                                db_index=False,
-                                on_delete=django.db.models.deletion.DO_NOTHING,
-                                related_name="+",
-                                to="inventory.node",
-                            ),
-                        ),
-                    ],
-                    options={
-                        "abstract": False,
-                    },
-                ),
-                migrations.CreateModel(
-                    name="NodePortSample",
-                    fields=[
-                        ("ts", models.DateTimeField(help_text="When the agent took the sample.")),
-                        (
-                            "received_at",
-                            models.DateTimeField(help_text="When the server stored the batch holding this sample."),
-                        ),
-                        (
-                            "pk",
-                            models.CompositePrimaryKey(
-                                "node", "ts", blank=True, editable=False, primary_key=True, serialize=False
-                            ),
-                        ),
-                        ("ports", models.BinaryField(help_text="Every port's reading, packed (PORT_PACKING).")),
-                        (
-                            "node",
-                            models.ForeignKey(
-                                db_constraint=False,
-                                db_index=False,
-                                on_delete=django.db.models.deletion.DO_NOTHING,
-                                related_name="+",
-                                to="inventory.node",
-                            ),
-                        ),
-                    ],
-                    options={
-                        "abstract": False,
-                    },
-                ),
+                rollup_model("NodeMinuteRollup"),
+                raw_model("NodePortSample", "ports", "Every port's reading, packed (PORT_PACKING)."),
             ],
             database_operations=[migrations.RunPython(create_tables, drop_tables)],
         ),
