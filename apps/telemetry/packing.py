@@ -33,7 +33,7 @@ ABSENT, SAME, EACH, SOME = range(4)
 _WIDTHS: Final = (1, 2, 4, 8)
 _FORMATS: Final = "BHIQ"
 
-_SAME_CACHE: Final = 20_000  # one-value sections kept per packing (a few MB at most)
+_KNOWN_SECTIONS: Final = 4_000  # encoded sections kept per field (a few MB per packing at most)
 _LAYOUT_CACHE: Final = 10_000  # section layouts kept per packing, by header and fields wanted
 Item = tuple[Any, ...]  # one item's values, in the packing's field order (None: absent)
 _Section = tuple[int, int, int, int, tuple[int, ...]]  # position, mode, width, offset, items that have it
@@ -63,9 +63,10 @@ class Packing:
         self.fields: tuple[Field, ...] = tuple(fields)
         self.names: tuple[str, ...] = tuple(f.name for f in fields)
         self._encoders = tuple(_encoder(f) for f in fields)
-        # The encoded one-value sections met so far, by field and value: a node's limits, clocks and
-        # zero counters are the same second after second, so they are encoded once.
-        self._same: dict[tuple[int, Any], tuple[int, bytes]] = {}
+        # The sections met so far, per field by its values (item by item), and the headers by item
+        # count and nibbles: most of a node's fields hold the values they held a second before.
+        self._known: tuple[dict[tuple[Any, ...], tuple[int, bytes]], ...] = tuple({} for _ in fields)
+        self._headers: dict[tuple[int, tuple[int, ...]], bytes] = {}
         self._layouts: dict[tuple[bytes, tuple[int, ...]], list[_Section | None]] = {}
         self._decoders = tuple(_Decoder(f) for f in fields)
 
@@ -81,41 +82,57 @@ class Packing:
     # Packing -----------------------------------------------------------------------------------
 
     def pack(self, items: Sequence[Item]) -> bytes:
-        """The packed value of ``items``, each a tuple of this packing's field values."""
+        """The packed value of ``items``, each a tuple of this packing's field values.
+
+        Each field's section is looked up by the field's values, item by item: a node's limits,
+        clocks, counters and flags are the same second after second, so most of a row's sections are
+        found rather than encoded, and only the readings that moved are."""
         count = len(items)
         if count > 255:
             raise ValueError("A packed value holds at most 255 items")
         if not count:
             return bytes([len(self.fields), 0]) + bytes((len(self.fields) + 1) // 2)
-        nibbles: list[int] = []
-        sections: list[bytes] = []
-        same = self._same
-        for position, (column, encode) in enumerate(zip(zip(*items, strict=True), self._encoders, strict=True)):
-            first = column[0]
-            if column.count(first) == count:
-                if first is None:
-                    nibbles.append(ABSENT)
-                    continue
-                key = (position, first)
-                if key not in same:
-                    if len(same) > _SAME_CACHE:
-                        same.clear()
-                    same[key] = encode((first,))
-                code, data = same[key]
-                nibbles.append(SAME | code << 2)
-            elif None in column:
-                present = [value for value in column if value is not None]
-                bits = sum(1 << i for i, value in enumerate(column) if value is not None)
-                code, data = encode(present)
-                nibbles.append(SOME | code << 2)
-                sections.append(bits.to_bytes((count + 7) // 8, "little"))
+        found = [
+            known.get(column) or self._section(position, column)
+            for position, (column, known) in enumerate(zip(zip(*items, strict=True), self._known, strict=True))
+        ]
+        nibbles = tuple(nibble for nibble, _ in found)
+        header = self._headers.get((count, nibbles))
+        if header is None:
+            header = self._header(count, nibbles)
+        return header + b"".join([data for _, data in found])
+
+    def _section(self, position: int, column: tuple[Any, ...]) -> tuple[int, bytes]:
+        """The nibble and section of one field's values, encoded and remembered."""
+        count, first = len(column), column[0]
+        if column.count(first) == count:
+            if first is None:
+                section = (ABSENT, b"")
             else:
-                code, data = encode(column)
-                nibbles.append(EACH | code << 2)
-            sections.append(data)
-        nibbles.append(0)
-        header = [len(self.fields), count, *(nibbles[i] | nibbles[i + 1] << 4 for i in range(0, len(self.fields), 2))]
-        return bytes(header) + b"".join(sections)
+                code, data = self._encoders[position]((first,))
+                section = (SAME | code << 2, data)
+        elif None in column:
+            present = [value for value in column if value is not None]
+            bits = sum(1 << i for i, value in enumerate(column) if value is not None)
+            code, data = self._encoders[position](present)
+            section = (SOME | code << 2, bits.to_bytes((count + 7) // 8, "little") + data)
+        else:
+            code, data = self._encoders[position](column)
+            section = (EACH | code << 2, data)
+        known = self._known[position]
+        if len(known) > _KNOWN_SECTIONS:
+            known.clear()
+        known[column] = section
+        return section
+
+    def _header(self, count: int, nibbles: tuple[int, ...]) -> bytes:
+        """The field count, item count and nibbles of a value, remembered by item count and nibbles."""
+        paired = (*nibbles, 0)
+        header = bytes([len(self.fields), count, *(paired[i] | paired[i + 1] << 4 for i in range(0, len(nibbles), 2))])
+        if len(self._headers) > _LAYOUT_CACHE:
+            self._headers.clear()
+        self._headers[count, nibbles] = header
+        return header
 
     # Unpacking ---------------------------------------------------------------------------------
 
