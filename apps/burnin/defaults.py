@@ -40,23 +40,14 @@ NHC = "Azure HPC Node Health Checks (github.com/Azure/azurehpc-health-checks)"
 
 
 def _gpu(
-    key: str,
-    label: str,
-    *,
-    host: float,
-    p2p: float,
-    busbw: float,
-    at_bytes: int,
-    bf16: float,
-    copy: float,
-    source: str,
+    key: str, label: str, host: float, p2p: float, busbw: float, at_gib: int, bf16: float, copy: float, source: str
 ) -> Defaults:
     rules = (
         *HEALTH,
         rule("pcie", "h2d", host, "GB/s"),
         rule("pcie", "d2h", host, "GB/s"),
         rule("nvlink", "p2p", p2p, "GB/s"),
-        rule("nccl_allreduce", "busbw", busbw, "GB/s", at_size_bytes=at_bytes),
+        rule("nccl_allreduce", "busbw", busbw, "GB/s", at_size_bytes=at_gib * GIB),
         rule("compute", "tflops_bf16", bf16, "TFLOP/s"),
         rule("memory_bandwidth", "copy", copy, "GB/s"),
     )
@@ -69,57 +60,27 @@ OURS = (
     "clocking 8 % below its siblings fails"
 )
 
-DEFAULTS: Final[dict[str, Defaults]] = {
-    "h100_sxm": _gpu(
-        "h100_sxm",
-        "NVIDIA H100 SXM",
-        host=52,
-        p2p=335,
-        busbw=460,
-        at_bytes=16 * GIB,
-        bf16=720,
-        copy=2500,
-        source=f"{NHC}, conf/nd96isr_h100_v5.conf: check_gpu_bw 52 GB/s host↔device and 335 GB/s P2P, "
-        f"check_nccl_allreduce 460 GB/s at 16G over 8 GPUs. {OURS}.",
-    ),
-    "h200": _gpu(
-        "h200",
-        "NVIDIA H200",
-        host=48,
-        p2p=335,
-        busbw=431,
-        at_bytes=16 * GIB,
-        bf16=750,
-        copy=3600,
-        source=f"{NHC}, conf/nd96isr_h200_v5.conf: check_gpu_bw 48 GB/s host↔device and 335 GB/s P2P, "
-        f"check_nccl_allreduce 431 GB/s at 16G over 8 GPUs. {OURS}.",
-    ),
-    "b200": _gpu(
-        "b200",
-        "NVIDIA B200",
-        host=48,
-        p2p=650,
-        busbw=700,
-        at_bytes=16 * GIB,
-        bf16=1660,
-        copy=5800,
-        source=f"Host↔device 48 GB/s as {NHC} asks of Blackwell (conf/nd128isr_ndr_gb200_v6.conf, "
-        "check_gpu_bw 48). No published health check gives HGX B200 NVLink figures yet: P2P 650 and "
-        "all-reduce 700 GB/s at 16G are the H100 SXM figures scaled by NVLink 5's doubled bandwidth, less "
-        f"a quarter; measure a known-good node and publish a version. {OURS}.",
-    ),
-    "a100": _gpu(
-        "a100",
-        "NVIDIA A100 SXM",
-        host=24,
-        p2p=230,
-        busbw=228,
-        at_bytes=4 * GIB,
-        bf16=255,
-        copy=1500,
-        source=f"{NHC}, conf/nd96amsr_a100_v4.conf: check_cuda_bw 24 GB/s host↔device, check_nccl_allreduce "
-        f"228 GB/s at 4G over 8 GPUs; P2P 230 GB/s is this project's (NVLink 3: 300 each way). {OURS}.",
-    ),
+# Per GPU model: host↔device (PCIe h2d and d2h) and P2P GB/s, all-reduce bus bandwidth GB/s at a message
+# size in GiB, bf16 TFLOP/s and HBM copy GB/s; then where the figures come from.
+GPUS: Final = (
+    # key, label, host, p2p, busbw, at GiB, bf16, copy, source
+    ("h100_sxm", "NVIDIA H100 SXM", 52, 335, 460, 16, 720, 2500,
+     f"{NHC}, conf/nd96isr_h100_v5.conf: check_gpu_bw 52 GB/s host↔device and 335 GB/s P2P, "
+     f"check_nccl_allreduce 460 GB/s at 16G over 8 GPUs. {OURS}."),
+    ("h200", "NVIDIA H200", 48, 335, 431, 16, 750, 3600,
+     f"{NHC}, conf/nd96isr_h200_v5.conf: check_gpu_bw 48 GB/s host↔device and 335 GB/s P2P, "
+     f"check_nccl_allreduce 431 GB/s at 16G over 8 GPUs. {OURS}."),
+    ("b200", "NVIDIA B200", 48, 650, 700, 16, 1660, 5800,
+     f"Host↔device 48 GB/s as {NHC} asks of Blackwell (conf/nd128isr_ndr_gb200_v6.conf, "
+     "check_gpu_bw 48). No published health check gives HGX B200 NVLink figures yet: P2P 650 and "
+     "all-reduce 700 GB/s at 16G are the H100 SXM figures scaled by NVLink 5's doubled bandwidth, less "
+     f"a quarter; measure a known-good node and publish a version. {OURS}."),
+    ("a100", "NVIDIA A100 SXM", 24, 230, 228, 4, 255, 1500,
+     f"{NHC}, conf/nd96amsr_a100_v4.conf: check_cuda_bw 24 GB/s host↔device, check_nccl_allreduce "
+     f"228 GB/s at 4G over 8 GPUs; P2P 230 GB/s is this project's (NVLink 3: 300 each way). {OURS}."),
+)  # fmt: skip
+
+DEFAULTS: Final[dict[str, Defaults]] = {row[0]: _gpu(*row) for row in GPUS} | {
     "other": Defaults(
         "other",
         "any other GPU",
@@ -128,18 +89,22 @@ DEFAULTS: Final[dict[str, Defaults]] = {
     ),
 }
 
+# How NVML names each model ('NVIDIA H100 80GB HBM3', 'NVIDIA H200'): what the name holds, what it must
+# not (the PCIe and NVL cards are other figures), and the defaults it gets; the first match wins.
+MODEL_NAMES: Final = (
+    ("H100", ("PCIE", "NVL"), "h100_sxm"),
+    ("H200", ("NVL",), "h200"),
+    ("B200", (), "b200"),
+    ("A100", ("PCIE",), "a100"),
+)
+
 
 def defaults_for(gpu_model: str) -> Defaults:
     """The defaults of the GPU model as NVML names it ('NVIDIA H100 80GB HBM3', 'NVIDIA H200')."""
     name = gpu_model.upper()
-    if "H100" in name and "PCIE" not in name and "NVL" not in name:
-        return DEFAULTS["h100_sxm"]
-    if "H200" in name and "NVL" not in name:
-        return DEFAULTS["h200"]
-    if "B200" in name:
-        return DEFAULTS["b200"]
-    if "A100" in name and "PCIE" not in name:
-        return DEFAULTS["a100"]
+    for holds, not_holds, key in MODEL_NAMES:
+        if holds in name and not any(other in name for other in not_holds):
+            return DEFAULTS[key]
     return DEFAULTS["other"]
 
 
