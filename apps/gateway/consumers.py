@@ -143,7 +143,11 @@ class AgentConsumer(AsyncWebsocketConsumer):
         if credential is None:
             return
         bookkeeper().disconnected(credential.pk)
-        if self.discovery is not None:  # an inventory the agent sent is applied, whether or not it stays
+        if self.discovery is not None and not self.discovery.done():
+            # An inventory still queued is dropped, not waited for: its agent sends it again with its
+            # next connection. A server stopping with a fleet connected had hundreds queued, and its
+            # consumers outlasted the shutdown's grace waiting on them, cancelled with tracebacks.
+            self.discovery.cancel()
             await asyncio.gather(self.discovery, return_exceptions=True)
         try:
             await self.channel_layer.group_discard(agent_group(self.node.pk), self.channel_name)
@@ -153,7 +157,13 @@ class AgentConsumer(AsyncWebsocketConsumer):
 
     async def _close(self, code: protocol.CloseCode, reason: str) -> None:
         self.closing = True
-        await self.close(code=code, reason=reason[:120])
+        try:
+            await self.close(code=code, reason=reason[:120])
+        except (OSError, RuntimeError) as exc:
+            # The agent had gone already (a superseded socket, typically: its agent is on the new one).
+            if not client_gone(exc):
+                raise
+            logger.debug("The agent at %s had gone before its close (%d)", self.remote_addr, code)
 
     # Messages from the agent -----------------------------------------------------------------------
 

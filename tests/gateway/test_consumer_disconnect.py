@@ -8,15 +8,16 @@ import pytest
 from channels.layers import get_channel_layer
 
 from agents import protocol
+from apps.core.websockets import AFTER_CLOSE
 from apps.gateway.bookkeeping import bookkeeper
 from apps.gateway.consumers import AgentConsumer
-from apps.gateway.models import NodeAgent
+from apps.gateway.models import NodeAgent, NodeCredential
 from apps.gateway.push import agent_group
 from tests.gateway.conftest import enrolled_node, eventually, in_db
 
 
 class _Gone:
-    hostname = "gpu-001"
+    pk, hostname = 1, "gpu-001"
 
 
 @pytest.mark.parametrize(
@@ -39,6 +40,43 @@ def test_a_reply_to_an_agent_that_went_away_is_dropped_quietly(caplog, gone):
         asyncio.run(consumer._send(protocol.Ack(stream="telemetry", seq=7)))
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert "disconnected before its Ack" in caplog.text
+
+
+@pytest.mark.parametrize("gone", [ConnectionResetError("client disconnected"), RuntimeError(f"... {AFTER_CLOSE}.")])
+def test_closing_a_socket_whose_agent_went_away_is_quiet(caplog, gone):
+    """A superseded socket, typically: its agent is on the new one already."""
+    consumer = AgentConsumer()
+    consumer.remote_addr = "10.0.0.7"
+
+    async def disconnected(**kwargs: object) -> None:
+        raise gone
+
+    consumer.close = disconnected
+    with caplog.at_level(logging.DEBUG, logger="apps.gateway.consumers"):
+        asyncio.run(consumer._close(protocol.CloseCode.SUPERSEDED, "A newer connection of this node took over."))
+    assert consumer.closing
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "had gone before its close" in caplog.text
+
+
+class _Layer:
+    async def group_discard(self, group: str, channel: str) -> None:
+        pass
+
+
+def test_a_connection_that_ends_drops_its_queued_inventory_instead_of_waiting_for_it():
+    """A server stopping with a fleet connected had hundreds of inventories queued on their thread:
+    consumers waiting for theirs outlasted the shutdown's grace. The agent sends it again next time."""
+    consumer = AgentConsumer()
+    consumer.credential, consumer.node = NodeCredential(pk=1), _Gone()
+    consumer.channel_layer, consumer.channel_name = _Layer(), "specific.a!1"
+
+    async def end_with_an_inventory_queued() -> asyncio.Task[None]:
+        consumer.discovery = asyncio.create_task(asyncio.Event().wait())  # queued behind other nodes'
+        await consumer._clean_up()
+        return consumer.discovery
+
+    assert asyncio.run(end_with_an_inventory_queued()).cancelled()
 
 
 def test_other_send_errors_still_surface():
