@@ -65,7 +65,10 @@ class Context:
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
 
-    def listing(self, rows: list[dict[str, Any]], columns: list[output.Column]) -> int:
+    def listing(self, resource: str, columns: list[output.Column], limit: int | None, **filters: Any) -> int:
+        """What a list verb prints: the first ``limit`` of the resource's rows that match ``filters``, as a
+        table, or JSON."""
+        rows = first(self.client.every(resource, **filters), limit)
         if self.json:
             output.as_json(self.out, rows)
         else:
@@ -83,15 +86,8 @@ def first(rows: Any, limit: int | None) -> list[dict[str, Any]]:
 
 
 def nodes_list(ctx: Context, args: argparse.Namespace) -> int:
-    rows = ctx.client.every(
-        "nodes",
-        cluster_name=args.cluster,
-        lifecycle=args.lifecycle,
-        liveness=args.liveness,
-        q=args.search,
-        ordering="hostname",
-    )
-    return ctx.listing(first(rows, args.limit), NODE_COLUMNS)
+    filters = {"cluster_name": args.cluster, "lifecycle": args.lifecycle, "liveness": args.liveness, "q": args.search}
+    return ctx.listing("nodes", NODE_COLUMNS, args.limit, **filters, ordering="hostname")
 
 
 def node(ctx: Context, name: str) -> dict[str, Any]:
@@ -114,16 +110,9 @@ def nodes_show(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def failures_list(ctx: Context, args: argparse.Namespace) -> int:
-    rows = ctx.client.every(
-        "failures",
-        hostname=args.node,
-        state=args.state,
-        severity=args.severity,
-        kind=args.kind,
-        open="true" if args.open else None,
-        since=args.since,
-    )
-    return ctx.listing(first(rows, args.limit), FAILURE_COLUMNS)
+    filters = {"hostname": args.node, "state": args.state, "severity": args.severity, "kind": args.kind,
+               "open": "true" if args.open else None, "since": args.since}  # fmt: skip
+    return ctx.listing("failures", FAILURE_COLUMNS, args.limit, **filters)
 
 
 def run_commands(ctx: Context, run_id: int) -> list[dict[str, Any]]:
