@@ -281,6 +281,11 @@ def node_action(page: Page, action: str, reason: str = "") -> None:
     page.locator("#action-cancel").click()
 
 
+def live(page: Page) -> None:
+    """Wait until the page's live socket is connected (its status says so)."""
+    expect(page.locator("#live-status")).to_have_attribute("data-state", "live")
+
+
 def screenshot(page: Page, name: str) -> Path:
     """Save the page as test-artifacts/screenshots/<name>.png (CI keeps the folder)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
