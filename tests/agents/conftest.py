@@ -1,4 +1,4 @@
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -8,8 +8,18 @@ from agents.agent import Agent
 from agents.buffer import TelemetryBuffer
 from agents.transport import Backoff
 from tests.agents.doubles import FakeCollector, FakeControlPlane
+from tests.agents.fakes import FakeNvml
 
 FAST = {"interval": 0.1, "heartbeat_interval": 0.1, "discovery_interval": 0.1}
+
+
+@pytest.fixture
+def nvml() -> Iterator[FakeNvml]:
+    """A fake NVML patched into pynvml, its mocks at ``.mocks``."""
+    fake = FakeNvml()
+    with fake.patched() as mocks:
+        fake.mocks = mocks
+        yield fake
 
 
 @pytest_asyncio.fixture

@@ -6,17 +6,10 @@ from agents.collectors.base import Collector
 from agents.collectors.host import NodeCollector
 from agents.collectors.hostfacts import read_host_facts, valid_hostname
 from agents.protocol import Inventory, Telemetry, decode_agent_message, encode
-from tests.agents.fakes import FakeNvml, set_counters, write_port
+from tests.agents.fakes import set_counters, write_port
 
 T0 = 1_750_000_000.0
 COUNTERS = {"port_xmit_data": 0, "port_rcv_data": 0, "symbol_error": 0, "link_downed": 0, "port_rcv_errors": 0}
-
-
-@pytest.fixture
-def nvml():
-    fake = FakeNvml()
-    with fake.patched():
-        yield fake
 
 
 def test_it_reports_gpus_ports_and_host_as_one_node(nvml, tmp_path):
