@@ -50,7 +50,7 @@ class LiveStreams(ProcessPart):
         await self.telemetry.shutdown()
         await self.fleet.shutdown()
         await self.snapshot_thread.shutdown()
-        self.changes.forget()
+        await self.changes.shutdown()
 
 
 live_streams = LiveStreams()
