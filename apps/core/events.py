@@ -23,8 +23,8 @@ Where a subscriber runs matters: it holds up the committing thread for as long a
 does database work does it there, in transactions of its own (the telemetry watch, on the ingest's
 writer thread, before the agent gets its ack). One that lives on an event loop hands the event over
 and returns (the live publisher: ``call_soon_threadsafe`` to its loop; the change publisher notes the
-id for its own thread). Anything slow, remote or
-that must be retried is queued as a Celery task that takes ids, never done on the committing thread.
+ids for its own thread). Anything slow, remote or that must be retried is queued as a Celery task that
+takes ids, never done on the committing thread.
 That is how the subscribers still to come will listen:
 
 - notifications (apps/notify): on ``FailureChanged``, an outbox row in a transaction of their own,
