@@ -44,9 +44,11 @@ def start_burn_in(
     into_service: bool = True,
     trigger: str = Trigger.REQUEST,
     idempotency_key: str | None = None,
+    note: str = "",
 ) -> BurnIn:
     """Write the burn-in, move its nodes into burn-in and launch its run. Raises CannotStart, leaving
-    nothing written, when a node cannot start now. Auditing the request stays with the caller."""
+        nothing written, when a node cannot start now. ``note``, a person's reason, joins the one each node's
+    lifecycle history records. Auditing the request stays with the caller."""
     with transaction.atomic():
         locked = list(Node.objects.select_for_update().filter(pk__in=[n.pk for n in nodes]).select_related("node_type"))
         refused = refusals(locked)
@@ -65,7 +67,7 @@ def start_burn_in(
         burn_in = BurnIn.objects.create(
             run=run, suite=suite, cluster=cluster, into_service=into_service, trigger=trigger, actor=actor[:150]
         )
-        reason = f"{burn_in} started by {actor}"
+        reason = f"{burn_in} started by {actor}" + (f": {note.strip()}" if note.strip() else "")
         for node in locked:
             before = node.lifecycle
             if before != Lifecycle.BURN_IN:

@@ -6,11 +6,13 @@ import pytest
 from playwright.sync_api import expect
 
 from apps.accounts.models import User
+from apps.burnin.models import BurnIn
 from apps.failures.conditions import Observation, xid_condition
 from apps.failures.recording import raise_failure
 from apps.inventory.choices import Lifecycle
 from apps.inventory.models import Node, NodeTransition
 from tests import factories
+from tests.burnin.conftest import suite
 from tests.dashboard.conftest import node_action, off_the_loop, screenshot
 from tests.dashboard.node_data import node_with_history
 from tests.dashboard.test_pages_nodes import small_fleet, wait_until_live
@@ -67,12 +69,14 @@ def test_a_new_node_is_quarantined_for_its_failure_from_the_failures_page(open_p
 def test_burn_in_and_retire_are_offered_to_those_who_may_and_drain_works_in_bulk(open_page, operator):
     nodes = off_the_loop(small_fleet, 4)
     fresh = off_the_loop(new_node_with_xid79)
+    off_the_loop(suite, "quick")  # the node action starts a real burn-in of it
 
     page = open_page(operator, f"/nodes/{fresh.pk}/")
     expect(page.locator('#node-actions [data-action="retire"]')).to_have_count(0)  # an admin's call
     node_action(page, "start_burn_in")  # the reason is optional for a burn-in
     expect(page.locator("#node-lifecycle")).to_have_text("Burn-in")
     expect(page.locator("#lifecycle-since dt")).to_have_text("Burn-in since")
+    assert off_the_loop(lambda: list(BurnIn.objects.values_list("nodes__node", "suite__name"))) == [(fresh.pk, "quick")]
 
     listing = open_page(operator, "/nodes/")
     wait_until_live(listing)

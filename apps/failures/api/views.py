@@ -21,8 +21,10 @@ from apps.failures import advice, filtersets, reliability
 from apps.failures import xid as catalog
 from apps.failures.api import serializers as s
 from apps.failures.models import Failure, IllegalFailureTransition, StragglerFlag
+from apps.inventory.actions import Move
 from apps.inventory.api.serializers import NodeSerializer
-from apps.inventory.models import IllegalTransition, Node
+from apps.inventory.api.views import carry_out_or_refuse
+from apps.inventory.models import Node
 
 ILLEGAL_TRANSITION = OpenApiResponse(description="The failure's state does not allow it; the message says why.")
 
@@ -93,10 +95,8 @@ class FailureViewSet(viewsets.ReadOnlyModelViewSet):
             to_state=move.target,
             failure=failure.pk,
         )
-        try:
-            node.transition(move.target, actor=request.user.get_username(), user=request.user, reason=reason)
-        except IllegalTransition as exc:
-            raise Conflict(str(exc)) from exc
+        done = carry_out_or_refuse(move, Move(node, request.user.get_username(), request.user, reason, {}))
+        describe(request, f"node.{move.name}", **done)
         return Response(NodeSerializer(Node.objects.with_related().get(pk=node.pk)).data)
 
 

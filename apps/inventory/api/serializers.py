@@ -149,6 +149,12 @@ class TransitionRequestSerializer(serializers.Serializer):
         help_text="Return to service: go without a burn-in passed since the node last left service "
         "(admin only, with a reason; the history and the audit log record it as an override).",
     )
+    suite = serializers.CharField(
+        required=False,
+        max_length=64,
+        help_text="Start burn-in: the burn-in suite's name (default quick). The node action starts a real "
+        "burn-in, as ``POST /api/v1/burn-ins`` does; nothing else takes a suite.",
+    )
 
 
 class GpuSerializer(ValidatedModelSerializer):

@@ -1,4 +1,4 @@
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
@@ -15,7 +15,7 @@ from apps.accounts.permissions import request_role
 from apps.accounts.roles import Role, role_rank
 from apps.core.api.exceptions import Conflict
 from apps.inventory import filtersets
-from apps.inventory.actions import LIFECYCLE_ACTIONS, LifecycleAction
+from apps.inventory.actions import LIFECYCLE_ACTIONS, InvalidOption, LifecycleAction, Move, carry_out
 from apps.inventory.api import serializers as s
 from apps.inventory.bandwidth import theoretical_busbw
 from apps.inventory.choices import Lifecycle
@@ -79,6 +79,19 @@ def burn_in_override(request: Request, target: Lifecycle, asked: bool) -> bool:
     return True
 
 
+def carry_out_or_refuse(lifecycle: LifecycleAction, move: Move, *, override_burn_in: bool = False) -> dict[str, Any]:
+    """``carry_out``, its refusals as the API gives them: a 400 naming the field a body lacks or has
+    wrong, a 409 for a move the node cannot make now."""
+    try:
+        return carry_out(lifecycle, move, override_burn_in=override_burn_in)
+    except ReasonRequired as exc:
+        raise ValidationError({"reason": [str(exc)]}) from exc
+    except InvalidOption as exc:
+        raise ValidationError({exc.field: [str(exc)]}) from exc
+    except IllegalTransition as exc:
+        raise Conflict(str(exc)) from exc
+
+
 def lifecycle_action(lifecycle: LifecycleAction) -> object:
     """A POST action that moves a node to the action's target."""
     name, target = lifecycle.name, lifecycle.target
@@ -87,31 +100,33 @@ def lifecycle_action(lifecycle: LifecycleAction) -> object:
         node = self.get_object()
         body = s.TransitionRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        reason, asked = body.validated_data.get("reason", ""), body.validated_data["override_burn_in"]
+        data = body.validated_data
+        reason, asked = data.get("reason", ""), data["override_burn_in"]
         detail = {"override_burn_in": True} if asked else {}
         describe(request, f"node.{name}", node, reason=reason, from_state=node.lifecycle, to_state=target, **detail)
         override = burn_in_override(request, target, asked)
-        try:
-            done = node.transition(
-                target, actor=request.user.get_username(), user=request.user, reason=reason, override_burn_in=override
-            )
-        except ReasonRequired as exc:  # a body that lacks a field: a 400 naming it
-            raise ValidationError({"reason": [str(exc)]}) from exc
-        except IllegalTransition as exc:  # a move the node cannot make now (checked first): a 409
-            raise Conflict(str(exc)) from exc
-        if done.burn_in_override:  # the audit log names an override as such
+        options = {"suite": data["suite"]} if "suite" in data else {}
+        move = Move(node, request.user.get_username(), request.user, reason, options)
+        done = carry_out_or_refuse(lifecycle, move, override_burn_in=override)
+        describe(request, f"node.{name}", **done)
+        if done.get("burn_in_override"):  # the audit log names an override as such
             describe(request, "node.burn_in_override")
         return Response(s.NodeSerializer(self.get_queryset().get(pk=node.pk)).data)
 
     perform.__name__ = name  # DRF routes an action by its function's name
     route = action(detail=True, methods=["post"], url_path=name.replace("_", "-"), url_name=name.replace("_", "-"))
+    refusal = (
+        "Refused with 409 and an explanation when the state machine does not allow it, or when a node would "
+        "return to service without a burn-in passed since it last left service (an admin may override with "
+        "a reason: ``override_burn_in``)."
+    )
+    if lifecycle.performed_elsewhere:
+        summary = f"{lifecycle.label} of the node (suite quick unless ``suite`` names another)"
+        refusal = "Starts a real burn-in, as ``POST /api/v1/burn-ins`` does; the node moves into burn-in. " + refusal
+    else:
+        summary = f"Move the node to {target.label.lower()}"
     schema = extend_schema(
-        request=s.TransitionRequestSerializer,
-        responses={200: s.NodeSerializer},
-        summary=f"Move the node to {target.label.lower()}",
-        description="Refused with 409 and an explanation when the state machine does not allow it, or when "
-        "a node would return to service without a burn-in passed since it last left service (an admin may "
-        "override with a reason: ``override_burn_in``).",
+        request=s.TransitionRequestSerializer, responses={200: s.NodeSerializer}, summary=summary, description=refusal
     )
     return schema(route(perform))
 
