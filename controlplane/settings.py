@@ -150,6 +150,11 @@ CHANNEL_LAYERS = {
             # channels_redis drops messages past a channel's capacity (default 100): one server
             # process holds a thousand agent sockets and the browsers' streams.
             "capacity": 1000,
+            # Every consumer's channel of a process ("specific.<process>!<consumer>") is one Redis key,
+            # whose capacity is for all of them together: one command to a thousand agents on one
+            # process filled it, and past it channels_redis dropped the rest (a group_send) or refused
+            # them (a send). Messages still expire after a minute unread (channels_redis's expiry).
+            "channel_capacity": {"specific.*": 50_000},
         },
     }
 }

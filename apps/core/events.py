@@ -123,13 +123,15 @@ class RunChanged(DomainEvent):
     change: RunChange
 
 
-CommandChange = Literal["state", "progress", "log"]
+CommandChange = Literal["started", "state", "progress", "log"]
 
 
 @dataclass(frozen=True, slots=True)
 class CommandChanged(DomainEvent):
-    """A command of a run changed state, made progress or wrote a log line (apps/jobs). The dashboard's
-    progress bars and a run's log follow these; the row (and its log lines) hold the values."""
+    """A command of a run started on its node's agent, changed state otherwise (it ended, mostly), made
+    progress or wrote a log line (apps/jobs). The dashboard's progress bars and a run's log follow
+    these; the row (and its log lines) hold the values. A start is told apart because a thousand come
+    at once when a run begins, and those that wait for a command's end (burn-ins) need not look."""
 
     command_id: int
     run_id: int

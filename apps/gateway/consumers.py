@@ -229,7 +229,8 @@ class AgentConsumer(AsyncWebsocketConsumer):
                     await self._clock_skewed(offset)
             case protocol.CommandStarted() | protocol.CommandUpdate() | protocol.CommandResult():
                 bookkeeper().heard_from(self.node.pk)
-                await database_sync_to_async(sinks.store_command_report)(self.node.pk, message)
+                if (refused := await sinks.store_command_report((self.node.pk, message))) is not None:
+                    raise refused
 
     def _check_frame(self, message: protocol.Telemetry | protocol.Events, stream: protocol.Stream) -> None:
         guards.check_seq(message, self.stored[stream])

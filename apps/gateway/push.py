@@ -4,6 +4,7 @@ import asyncio
 import logging
 
 from asgiref.sync import async_to_sync
+from channels.exceptions import ChannelFull
 from channels.layers import get_channel_layer
 from redis.exceptions import RedisError
 
@@ -11,6 +12,8 @@ from apps.core.events import CommandsDispatched
 from apps.gateway.models import NodeAgent
 
 logger = logging.getLogger(__name__)
+
+RETRY_PAUSES_S = (0.1, 0.3, 1.0)  # a process reads its channel's backlog at a few thousand messages a second
 
 
 def agent_group(node_id: int) -> str:
@@ -42,25 +45,45 @@ def deliver_commands(event: CommandsDispatched) -> None:
     recorded at the Hello), not to the node's group: a group lives in Redis, and a Redis restarted empty
     forgets it while the socket stays up, so commands sent to the group would reach nobody until the
     agent happened to reconnect; a channel is only a key that the consumer reads, which a send creates
-    again. A node with no socket is skipped. A frame that does not arrive is not retried here: the
-    command's row says it is unanswered, and apps/jobs sends it again, or after the agent's next Hello.
-    A channel layer that fails raises, and the event bus logs and counts it."""
+    again. A node with no socket is skipped.
+
+    The consumers of one server process share one Redis key (channels_redis's process channel), which
+    refuses a send past its capacity (``ChannelFull``) until the process has read what is in it: such
+    a frame is sent again after ``RETRY_PAUSES_S``. One still refused after them is logged; nothing is
+    lost, the command's row says it is unanswered and apps/jobs sends it again (``resend``), or after the
+    agent's next Hello. A channel layer that fails otherwise raises, and the event bus logs and counts it."""
     node_ids = {node_id for node_id, _ in event.frames}
     channels = dict(
         NodeAgent.objects.filter(node_id__in=node_ids).exclude(channel_name="").values_list("node_id", "channel_name")
     )
-
-    async def send_all() -> None:
-        layer = get_channel_layer()
-        await asyncio.gather(
-            *(
-                layer.send(channels[node_id], {"type": "agent.deliver", "frame": frame.decode()})
-                for node_id, frame in event.frames
-                if node_id in channels
-            )
+    messages = [
+        (channels[node_id], {"type": "agent.deliver", "frame": frame.decode()})
+        for node_id, frame in event.frames
+        if node_id in channels
+    ]
+    if refused := async_to_sync(_send_all)(messages):
+        logger.warning(
+            "%d of %d command frames refused by full channels (%s, ...); they are sent again when unanswered",
+            len(refused),
+            len(messages),
+            refused[0][0],
         )
 
-    async_to_sync(send_all)()
+
+async def _send_all(messages: list[tuple[str, dict[str, str]]]) -> list[tuple[str, dict[str, str]]]:
+    """Send each ``(channel, message)`` at once; those refused by a full channel again after each pause.
+    Returns those refused every time."""
+    layer = get_channel_layer()
+    waiting = messages
+    for pause in (*RETRY_PAUSES_S, None):
+        results = await asyncio.gather(*(layer.send(channel, m) for channel, m in waiting), return_exceptions=True)
+        if failed := next((r for r in results if isinstance(r, Exception) and not isinstance(r, ChannelFull)), None):
+            raise failed
+        waiting = [sent for sent, result in zip(waiting, results, strict=True) if isinstance(result, ChannelFull)]
+        if not waiting or pause is None:
+            break
+        await asyncio.sleep(pause)
+    return waiting
 
 
 def seqs_reset(node_id: int) -> None:

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from agents import protocol
 from apps.accounts.audit import record
+from apps.core.batching import Batched
 from apps.core.events import NodeChanged, announce
 from apps.failures.events import clock_skewed as raise_clock_skew
 from apps.failures.events import duplicate_identity as raise_duplicate_identity
@@ -77,19 +78,35 @@ def stored_cursors_of(node_ids: Sequence[int]) -> dict[int, tuple[int, int]]:
 CommandReport = protocol.CommandStarted | protocol.CommandUpdate | protocol.CommandResult
 
 
-def store_command_report(node_id: int, message: CommandReport) -> None:
-    """An agent's report about one of its node's commands; a key that is not one of them is refused
-    with ProtocolError("invalid") naming it."""
-    try:
-        match message:
-            case protocol.CommandStarted():
-                command_reports.command_started(node_id, message)
-            case protocol.CommandUpdate():
-                command_reports.command_update(node_id, message)
-            case protocol.CommandResult():
-                command_reports.command_result(node_id, message)
-    except command_reports.UnknownCommand as exc:
-        raise protocol.ProtocolError("invalid", str(exc), key=message.key) from exc
+def store_command_reports(reports: Sequence[tuple[int, CommandReport]]) -> list[protocol.ProtocolError | None]:
+    """Agents' reports about their nodes' commands, each ``(node id, report)``, stored in one
+    transaction (apps/jobs); the starts, a thousand at once when a run begins, in a few queries for all.
+    Each report's refusal, or None: a key that is not one of the node's commands is refused with
+    ProtocolError("invalid") naming it."""
+    refusals: list[protocol.ProtocolError | None] = [None] * len(reports)
+    starts = [(i, (node_id, m)) for i, (node_id, m) in enumerate(reports) if isinstance(m, protocol.CommandStarted)]
+    with transaction.atomic():
+        for (i, (_, message)), unknown in zip(
+            starts, command_reports.commands_started([report for _, report in starts]), strict=True
+        ):
+            refusals[i] = _refusal(unknown, message)
+        for i, (node_id, message) in enumerate(reports):
+            try:
+                match message:
+                    case protocol.CommandUpdate():
+                        command_reports.command_update(node_id, message)
+                    case protocol.CommandResult():
+                        command_reports.command_result(node_id, message)
+            except command_reports.UnknownCommand as exc:
+                refusals[i] = _refusal(exc, message)
+    return refusals
+
+
+def _refusal(unknown: Exception | None, message: CommandReport) -> protocol.ProtocolError | None:
+    return None if unknown is None else protocol.ProtocolError("invalid", str(unknown), key=message.key)
+
+
+store_command_report = Batched(store_command_reports)
 
 
 def commands_on_connect(node_ids: Sequence[int]) -> dict[int, list[bytes]]:

@@ -6,11 +6,12 @@ A report names its command by key; a key that is not one of the reporting node's
 (``UnknownCommand``), never applied to another node's row.
 """
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import msgspec
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Case, F, Value, When
 
 from agents import protocol
 from apps.core.events import CommandChanged, announce
@@ -26,12 +27,39 @@ class UnknownCommand(Exception):
 
 
 def command_started(node_id: int, message: protocol.CommandStarted) -> None:
-    command = _command(node_id, message.key)
-    started = Command.objects.filter(pk=command.pk, state=CommandState.SENT).update(
-        state=CommandState.RUNNING, started_at=_time(message.started)
-    )
-    if started:
-        announce(CommandChanged(command.pk, command.run_id, node_id, "state"))
+    if (refused := commands_started([(node_id, message)])[0]) is not None:
+        raise refused
+
+
+def commands_started(reports: Sequence[tuple[int, protocol.CommandStarted]]) -> list[UnknownCommand | None]:
+    """Many agents' ``CommandStarted``, in three queries whatever their number: a thousand agents
+    acknowledge one run's commands within a second, and one lookup, update and commit each queued
+    them behind each other on the gateway's database thread for seconds. Each report's refusal (an
+    unknown key), or None, in order; the started ones are announced once committed."""
+    keys = {message.key for _, message in reports}  # unique: a key names one node's command
+    found = {(c.node_id, c.key): c for c in Command.objects.filter(key__in=keys).only("run_id", "node_id", "key")}
+    starts = {}
+    refusals: list[UnknownCommand | None] = []
+    for node_id, message in reports:
+        command = found.get((node_id, message.key))
+        refusals.append(None if command is not None else _unknown(message.key))
+        if command is not None:
+            starts.setdefault(command.pk, (command, _time(message.started)))  # the first of repeats
+    with transaction.atomic():
+        sent = list(
+            Command.objects.select_for_update()
+            .filter(pk__in=starts, state=CommandState.SENT)
+            .values_list("pk", flat=True)
+        )
+        if sent:
+            Command.objects.filter(pk__in=sent).update(
+                state=CommandState.RUNNING,
+                started_at=Case(*(When(pk=pk, then=Value(starts[pk][1])) for pk in sent)),
+            )
+        for pk in sent:
+            command = starts[pk][0]
+            announce(CommandChanged(pk, command.run_id, command.node_id, "started"))
+    return refusals
 
 
 def command_update(node_id: int, message: protocol.CommandUpdate) -> None:
@@ -125,8 +153,12 @@ def _last(message: protocol.CommandResult) -> str:
 def _command(node_id: int, key: str) -> Command:
     command = Command.objects.filter(node_id=node_id, key=key).only("run_id", "time_limit_s", "started_at").first()
     if command is None:
-        raise UnknownCommand(f"No command {key!r} was sent to this node.")
+        raise _unknown(key)
     return command
+
+
+def _unknown(key: str) -> UnknownCommand:
+    return UnknownCommand(f"No command {key!r} was sent to this node.")
 
 
 def _time(timestamp: float) -> datetime:

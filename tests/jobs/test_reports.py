@@ -39,7 +39,7 @@ def test_a_started_command_is_running_once_however_often_the_agent_says_so(sent,
 
     assert reload(sent).state == CommandState.RUNNING
     assert reload(sent).started_at.timestamp() == pytest.approx(T)
-    assert [event.change for event in heard] == ["state"]
+    assert [event.change for event in heard] == ["started"]
 
 
 def test_progress_and_log_lines_are_kept_and_announced(sent, heard):
@@ -137,3 +137,25 @@ def test_a_report_about_another_nodes_command_is_refused(sent, make_nodes):
     with pytest.raises(reports.UnknownCommand):
         reports.command_started(sent.node_id, protocol.CommandStarted(key="not-a-key", started=T))
     assert reload(sent).state == CommandState.SENT
+
+
+def test_a_runs_starts_from_many_agents_are_stored_in_the_same_few_queries(
+    make_nodes, heard, django_assert_num_queries
+):
+    nodes = make_nodes(6)
+    run = launch(nodes, [Step("health")])
+    commands = list(run.commands.order_by("node_id"))
+    batch = [(c.node_id, protocol.CommandStarted(key=c.key, started=T + i)) for i, c in enumerate(commands)]
+    batch += [(nodes[0].pk, protocol.CommandStarted(key=commands[1].key, started=T))]  # another node's key
+    batch += [(commands[0].node_id, protocol.CommandStarted(key=commands[0].key, started=T + 9, repeat=True))]
+
+    with django_assert_num_queries(5):  # the lookup; in a transaction, the rows locked and updated
+        refusals = reports.commands_started(batch)
+
+    assert refusals[:6] == [None] * 6
+    assert refusals[7] is None  # a repeat: the first start is kept
+    assert f"No command {commands[1].key!r} was sent to this node" in str(refusals[6])
+    started_at = dict(run.commands.values_list("pk", "started_at"))
+    assert [started_at[c.pk].timestamp() for c in commands] == pytest.approx([T + i for i in range(6)])
+    assert set(run.commands.values_list("state", flat=True)) == {CommandState.RUNNING}
+    assert sorted(event.command_id for event in heard) == sorted(c.pk for c in commands)
