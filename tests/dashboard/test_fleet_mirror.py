@@ -16,6 +16,7 @@ from apps.dashboard.live_streams import live_streams
 from apps.inventory.models import Node
 from tests import factories
 from tests.dashboard.test_live_stream import eventually, fleet_update, sample_at
+from tests.streaming import streamed_parts
 
 T = 1_764_590_400.0  # 2025-12-01 12:00 UTC
 
@@ -134,7 +135,7 @@ def test_the_page_sends_its_shell_then_the_mirrors_snapshot_without_reading_it_a
     response = viewer_page.get("/")
 
     assert response.streaming
-    shell, snapshot, rest = [part.decode() for part in response]  # consumed as a server would, in order
+    shell, snapshot, rest = [part.decode() for part in streamed_parts(response)]
     assert "fleet-boot.js" in shell
     assert 'id="heatmap"' in shell
     assert "fleet-snapshot" not in shell
@@ -149,5 +150,5 @@ def test_without_an_agreeing_mirror_the_page_reads_the_snapshot_after_its_shell(
 
     response = viewer_page.get("/")
 
-    _, snapshot, _ = [part.decode() for part in response]  # consumed as a server would, in order
+    _, snapshot, _ = [part.decode() for part in streamed_parts(response)]
     assert json.loads(re.search(r">(.*)</script>", snapshot).group(1))[str(node.pk)]["hostname"] == "gpu-001"

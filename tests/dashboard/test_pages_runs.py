@@ -6,7 +6,7 @@ a run's page that follows its progress live and cancels a node's command and the
 from datetime import timedelta
 
 import pytest
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import sync_to_async
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -20,6 +20,7 @@ from apps.jobs.choices import CommandState, RunState
 from apps.jobs.models import Command, CommandLogLine, Run
 from tests import factories
 from tests.dashboard.conftest import listen, off_the_loop, receive, screenshot
+from tests.streaming import streamed_parts
 
 RESULT = {
     "check": "compute",
@@ -75,11 +76,7 @@ def page(user: User, path: str) -> str:
     assert response.status_code == 200
     if not response.streaming:
         return response.content.decode()
-
-    async def body() -> bytes:  # the fleet page streams its shell first
-        return b"".join([chunk async for chunk in response.streaming_content])
-
-    return async_to_sync(body)().decode()
+    return b"".join(streamed_parts(response)).decode()  # the fleet page streams its shell first
 
 
 def queries(user: User, path: str) -> int:
