@@ -12,9 +12,10 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from itertools import groupby
 from typing import Any
 
-from django.db.models import Model, Sum
+from django.db.models import BigIntegerField, F, Func, Model, Sum, Value
 
 from apps.telemetry.models import (
     GPU_PACKING,
@@ -62,65 +63,85 @@ def in_units(field: Field, stored: float) -> float:
     return (stored + field.offset) / field.steps
 
 
-class _Points:
-    """Per GPU and point: [min, sum, count, max] of stored values, merged as rows come."""
+class UnixSeconds(Func):
+    """A time in whole Unix seconds (rounded down), worked out by the database: a chart reads up to
+    1,440 rows, and parsing each row's time into a datetime first cost more than the rest of the row."""
 
-    def __init__(self) -> None:
-        self.points: dict[int, dict[int, list[int]]] = defaultdict(dict)
+    output_field = BigIntegerField()
+    template = "CAST(FLOOR(EXTRACT(EPOCH FROM %(expressions)s)) AS bigint)"
 
-    def add(self, gpu: int, t: int, low: int, total: int, count: int, high: int) -> None:
-        point = self.points[gpu].get(t)
-        if point is None:
-            self.points[gpu][t] = [low, total, count, high]
-            return
-        point[0] = min(point[0], low)
-        point[1] += total
-        point[2] += count
-        point[3] = max(point[3], high)
+    def __init__(self, column: str) -> None:
+        super().__init__(F(column))
 
-    def series(self, field: Field) -> list[dict[str, Any]]:
-        return [
-            {
-                "index": gpu,
-                "points": [
-                    [t, in_units(field, low), in_units(field, total / count), in_units(field, high)]
-                    for t, (low, total, count, high) in sorted(self.points[gpu].items())
-                ],
-            }
-            for gpu in sorted(self.points)
-        ]
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        # strftime's format as a parameter: a literal % would have to survive two rounds of escaping.
+        self.set_source_expressions([Value("%s"), *self.get_source_expressions()[-1:]])
+        return self.as_sql(compiler, connection, template="CAST(strftime(%(expressions)s) AS INTEGER)", **extra)
+
+
+Stats = tuple[int, int, int, int]  # min, sum, count, max of stored values
+
+
+def _merged(stats: list[Stats]) -> Stats:
+    """One point's stats from those of the samples (or buckets) under it."""
+    if len(stats) == 1:
+        return stats[0]
+    lows, totals, counts, highs = zip(*stats, strict=True)
+    return min(lows), sum(totals), sum(counts), max(highs)
+
+
+def _series(cells: dict[tuple[int, int], Stats], field: Field) -> list[dict[str, Any]]:
+    """``[{"index", "points": [[t, min, mean, max], ...]}]`` in the metric's units, from the stats of
+    each (GPU, point start); in_units inlined, as it runs 7,000 times per chart."""
+    offset, steps = field.offset, field.steps
+    return [
+        {
+            "index": gpu,
+            "points": [
+                [t, (low + offset) / steps, (total / count + offset) / steps, (high + offset) / steps]
+                for (_, t), (low, total, count, high) in points
+            ],
+        }
+        for gpu, points in groupby(sorted(cells.items()), key=lambda cell: cell[0][0])
+    ]
 
 
 def node_series(node_id: int, window: Window, metric: str, *, now: datetime) -> dict[str, Any]:
     """``{"start", "end", "step_s", "gpus": [{"index", "points": [[t, min, mean, max], ...]}]}``,
-    ``t`` in Unix seconds at the start of each point's interval; GPUs without data are left out."""
+    ``t`` in Unix seconds at the start of each point's interval; GPUs without data are left out.
+
+    The rows' values are gathered by (GPU, point start), then each point is reduced once with the
+    builtins (min, sum, max over a few values), not merged value by value."""
     if metric not in METRICS:
         raise ValueError(f"Unknown metric {metric!r}")
     start, step = now - window.span, int(window.step.total_seconds())
-    points = _Points()
     if window.source is NodeGpuSample:
-        rows = NodeGpuSample.objects.filter(node_id=node_id, ts__gte=start, ts__lte=now).values_list("ts", "gpus")
-        position = GPU_PACKING.position(metric)
-        for ts, packed in rows.order_by():
-            _, (indices, values) = GPU_PACKING.columns(packed, (_INDEX, position), stored=True)
-            if values is None:
+        rows = NodeGpuSample.objects.filter(node_id=node_id, ts__gte=start, ts__lte=now)
+        wanted = (_INDEX, GPU_PACKING.position(metric))
+        values: defaultdict[tuple[int, int], list[int]] = defaultdict(list)
+        for seconds, packed in rows.values_list(UnixSeconds("ts"), "gpus").order_by():
+            _, (indices, column) = GPU_PACKING.columns(packed, wanted, stored=True)
+            if column is None:
                 continue
-            t = int(ts.timestamp()) // step * step
-            for gpu, value in zip(indices, values, strict=True):
+            t = seconds // step * step
+            for gpu, value in zip(indices, column, strict=True):
                 if value is not None:
-                    points.add(gpu, t, value, value, 1, value)
+                    values[gpu, t].append(value)
+        cells = {cell: (min(v), sum(v), len(v), max(v)) for cell, v in values.items()}
     else:
         rows = window.source.objects.filter(node_id=node_id, bucket__gte=start, bucket__lte=now)
-        wanted = [ROLLUP_PACKING.position(name) for name in ("index", *(f"{metric}_{s}" for s in ROLLUP_STATS))]
-        for bucket, packed in rows.values_list("bucket", "gpus").order_by():
-            _, (indices, counts, lows, totals, highs) = ROLLUP_PACKING.columns(packed, wanted)
+        wanted = tuple(ROLLUP_PACKING.position(name) for name in ("index", *(f"{metric}_{s}" for s in ROLLUP_STATS)))
+        buckets: defaultdict[tuple[int, int], list[Stats]] = defaultdict(list)
+        for seconds, packed in rows.values_list(UnixSeconds("bucket"), "gpus").order_by():
+            _, (indices, counts, lows, totals, highs) = ROLLUP_PACKING.columns(packed, wanted, stored=True)
             if counts is None:
                 continue
-            t = int(bucket.timestamp()) // step * step
+            t = seconds // step * step
             for gpu, count, low, total, high in zip(indices, counts, lows, totals, highs, strict=True):
                 if count:
-                    points.add(gpu, t, low, total, count, high)
-    return {"start": start, "end": now, "step_s": step, "gpus": points.series(metric_field(metric))}
+                    buckets[gpu, t].append((low, total, count, high))
+        cells = {cell: _merged(stats) for cell, stats in buckets.items()}
+    return {"start": start, "end": now, "step_s": step, "gpus": _series(cells, metric_field(metric))}
 
 
 FLEET_HISTORY_SPAN = timedelta(hours=1)

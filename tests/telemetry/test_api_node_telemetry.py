@@ -101,3 +101,18 @@ def test_it_names_the_bad_parameter(api_client, make_node, params, field):
 def test_it_answers_404_for_an_unknown_node(api_client, db):
     response = api_client(Role.VIEWER).get("/api/v1/nodes/999999/telemetry")
     assert response.status_code == 404
+
+
+def test_a_sample_late_in_a_points_interval_falls_in_that_point(api_client, make_node):
+    """Times are rounded down to whole seconds by the database, never to the nearest one."""
+    node = make_node()
+    base = aligned(timezone.now() - timedelta(minutes=5), 3)
+    NodeGpuSample.objects.bulk_create(
+        [
+            raw(node, base + timedelta(seconds=2.75), [GpuSample(index=0, util_gpu=10.0)]),
+            raw(node, base + timedelta(seconds=3), [GpuSample(index=0, util_gpu=20.0)]),
+        ]
+    )
+    body = api_client(Role.VIEWER).get(url(node, window="15m", metric="util_gpu")).json()
+    t = int(base.timestamp())
+    assert body["gpus"] == [{"index": 0, "points": [[t, 10.0, 10.0, 10.0], [t + 3, 20.0, 20.0, 20.0]]}]

@@ -1,10 +1,16 @@
 """The compact layout's codec (apps/telemetry/packing.py) gives back what it packed, every mode and
 width, however the sections it remembers between values are shared: one field's values never stand
-in for another's, nor one item count's header for another's."""
+in for another's, nor one item count's header for another's. Reading some fields gives what unpacking
+the whole value gives, whether the layout is read by one struct (numbers at offsets the header fixes)
+or section by section (a bitmap or a string before the fields asked)."""
 
 import pytest
 
+from agents.protocol import GpuSample, PortSample
+from apps.telemetry.models import GPU_PACKING, PORT_PACKING
+from apps.telemetry.models.samples import pack
 from apps.telemetry.packing import ABSENT, EACH, SAME, SOME, Field, Packing
+from tests.telemetry.conftest import every_gpu_field, every_port_field, gpu_sample
 
 PACKING = Packing(
     [
@@ -76,3 +82,62 @@ def test_values_of_two_item_counts_with_the_same_modes_keep_their_own_count():
 
 def test_an_empty_value_holds_no_items():
     assert PACKING.unpack(PACKING.pack([])) == []
+
+
+# Reading some fields ---------------------------------------------------------------------------------
+
+SAME_EACH_SOME = [
+    [gpu_sample(0, util=10.0), gpu_sample(1, util=20.0), gpu_sample(2, util=30.0, ecc_corrected_volatile=4)],
+    [every_gpu_field(0), every_gpu_field(1, high=True)],
+    [GpuSample(index=3), gpu_sample(5)],
+    [],
+]
+
+
+def whole_columns(packing: Packing, packed: bytes, wanted: list[int]) -> list[list[object] | None]:
+    """The wanted fields' columns as unpacking every item gives them (None: no item has the field)."""
+    items = packing.unpack(packed)
+    found = []
+    for position in wanted:
+        column = [item[position] for item in items]
+        found.append(None if all(value is None for value in column) else column)
+    return found
+
+
+@pytest.mark.parametrize("gpus", SAME_EACH_SOME)
+@pytest.mark.parametrize("names", [("index", "util_gpu"), ("power_w", "index", "power_w"), ("recovery_action",)])
+def test_some_fields_read_as_the_whole_value_unpacked(gpus, names):
+    packed = pack(GPU_PACKING, gpus)
+    wanted = [GPU_PACKING.position(name) for name in names]
+    for _ in range(2):  # the first read works the layout out, the second reads by it
+        count, columns = GPU_PACKING.columns(packed, wanted)
+        assert count == len(gpus)
+        assert [None if c is None else list(c) for c in columns] == whole_columns(GPU_PACKING, packed, wanted)
+
+
+def test_stored_steps_come_back_as_integers_above_the_lower_bound():
+    packed = pack(GPU_PACKING, [gpu_sample(0, util=87.25, temp_c=-12.25), gpu_sample(1, util=1.5, temp_c=-12.25)])
+    wanted = [GPU_PACKING.position(name) for name in ("util_gpu", "temp_c")]
+    for _ in range(2):
+        _, (util, temp) = GPU_PACKING.columns(packed, wanted, stored=True)
+        temp_c = GPU_PACKING.fields[wanted[1]]
+        assert list(util) == [8725, 150]
+        assert list(temp) == [round(-12.25 * temp_c.steps) - temp_c.offset] * 2
+
+
+def test_fields_after_a_string_are_read_section_by_section():
+    ports = [every_port_field("mlx5_0"), every_port_field("mlx5_10", high=True), PortSample("ib0", 2, "down")]
+    packed = pack(PORT_PACKING, ports)
+    wanted = [PORT_PACKING.position(name) for name in ("tx_gbps", "device", "rx_bytes")]
+    for _ in range(2):
+        _, columns = PORT_PACKING.columns(packed, wanted)
+        assert [list(c) for c in columns] == whole_columns(PORT_PACKING, packed, wanted)
+
+
+def test_a_field_appended_after_a_value_was_written_reads_as_absent():
+    old = Packing([Field("a", int), Field("b", int)])
+    new = Packing([*old.fields, Field("c", int)])
+    packed = old.pack([(1, 2), (3, 4)])
+    for _ in range(2):
+        count, (c, a) = new.columns(packed, [2, 0])
+        assert (count, c, list(a)) == (2, None, [1, 3])
