@@ -14,9 +14,11 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
+from apps.accounts.roles import Role
 from apps.dashboard.actions import action_data, attach_moves, move_table
 from apps.dashboard.streams import alarm_rows, alarm_summary, rounded
 from apps.dashboard.views.base import DashboardPage
+from apps.dashboard.views.burnins import burn_in_form
 from apps.failures import xid as catalog
 from apps.failures.choices import ACTIVE_STATES
 from apps.failures.models import Failure
@@ -136,7 +138,9 @@ class NodesPage(DashboardPage):
         rows = node_rows(filters.qs)
         values = {name: self.request.GET.getlist(name) for name in LIST_FILTERS}
         first = {name: (value[0] if value else "") for name, value in values.items()}
+        operator = self.request.user.has_role(Role.OPERATOR)
         return super().get_context_data(**kwargs) | {
+            "burn_in": burn_in_form(pick_nodes=False) if operator else None,
             "shown": len(rows),
             "node_total": Node.objects.count(),
             "filtered": any(any(v.strip() for v in value) for value in values.values()),

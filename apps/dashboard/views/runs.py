@@ -13,8 +13,10 @@ from typing import Any, Final
 
 from django.http import Http404
 
+from apps.accounts.roles import Role
 from apps.dashboard.streams import run_percent
 from apps.dashboard.views.base import DashboardPage
+from apps.dashboard.views.burnins import burn_in_form
 from apps.dashboard.views.failures import bounded_int
 from apps.jobs.choices import COMMAND_ACTIVE, COMMAND_FINAL, RunState
 from apps.jobs.models import Command, CommandLogLine, Run
@@ -94,7 +96,9 @@ class RunsPage(DashboardPage):
         rows = list(runs[: limit + 1])
         for run in rows:
             run.percent = run_percent(run)
+        operator = self.request.user.has_role(Role.OPERATOR)
         return super().get_context_data(**kwargs) | {
+            "burn_in": burn_in_form(pick_nodes=True) if operator and "partial" not in self.request.GET else None,
             "runs": rows[:limit],
             "has_more": len(rows) > limit,
             "state": state,

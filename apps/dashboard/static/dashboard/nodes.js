@@ -5,6 +5,7 @@
 // select rows and run bulk lifecycle actions, with each node's result.
 
 import { escapeHtml, toast } from "./api.js";
+import { BurnInForm } from "./burnin-form.js";
 import { applyDataStyles } from "./data-styles.js";
 import { ActionDialog, offersOverride, refusal, runAll, transition } from "./lifecycle.js";
 import { LiveSocket } from "./live.js";
@@ -228,6 +229,7 @@ for (const select of document.querySelectorAll("#node-filters select")) {
 
 // Selection and bulk actions ------------------------------------------------------------------------
 const bulkBar = document.getElementById("bulk-bar");
+const burnInSelected = document.getElementById("burn-in-selected"); // for those who may start burn-ins
 let lastClicked = null;
 
 function refreshSelection() {
@@ -237,6 +239,7 @@ function refreshSelection() {
     ? `${selected.size} node${selected.size === 1 ? "" : "s"} selected`
     : "No nodes selected";
   for (const button of bulkBar.querySelectorAll("button[data-action]")) button.disabled = selected.size === 0;
+  if (burnInSelected) burnInSelected.disabled = selected.size === 0;
 }
 
 function select(ids, on) {
@@ -271,6 +274,12 @@ if (selectAll && tbody) {
   const actions = Object.fromEntries(page.actions.map((action) => [action.name, action]));
   for (const button of bulkBar.querySelectorAll("button[data-action]")) {
     button.addEventListener("click", () => runBulk(dialog, actions[button.dataset.action]));
+  }
+  if (burnInSelected) {
+    const form = new BurnInForm();
+    const rows = () => order.filter((row) => selected.has(String(row.id))); // in the order shown
+    burnInSelected.addEventListener("click", () => form.open({ nodes: rows() }));
+    document.getElementById("burn-in-a-cluster").addEventListener("click", () => form.open({ nodes: rows(), cluster: true }));
   }
   refreshSelection();
 }

@@ -4,6 +4,7 @@
 // which checks their role again.
 
 import { api, toast } from "./api.js";
+import { BurnInForm } from "./burnin-form.js";
 import { applyDataStyles } from "./data-styles.js";
 import { LiveSocket } from "./live.js";
 import { localiseTimes } from "./when.js";
@@ -67,6 +68,13 @@ holder.addEventListener("click", (event) => {
   const command = event.target.closest("button[data-cancel-command]");
   if (command) cancel(command, `commands/${command.dataset.cancelCommand}`, command.dataset.what);
 });
+
+// Operators start a burn-in from the runs list, picking its nodes or a cluster in the form.
+const startBurnIn = document.getElementById("start-burn-in");
+if (startBurnIn) {
+  const form = new BurnInForm();
+  startBurnIn.addEventListener("click", () => form.open());
+}
 
 // Live: the runs feed has no state of its own; a snapshot (first or after a reconnect) may follow
 // changes this page missed. A run's page reads itself again only for its own run.
