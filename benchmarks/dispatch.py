@@ -20,9 +20,12 @@ printed beside every figure (the machine is shared). The last line printed is JS
         [--nodes 1000] [--rounds 3] [--interval 1] [--workers 1] [--fleet-processes 2]
 
 Redis is ``REDIS_URL`` (default database 10 of the local Redis), under key prefixes of this run's own
-(nothing is flushed). No Celery worker runs: a finished command's follow-up tasks wait in this run's
-queue and are dropped with it, so the runs are not judged; a 1,000-node burn-in (which needs its
-worker) is not part of this script yet.
+(nothing is flushed). No Celery worker runs: the start task runs eagerly in this process, and during a
+dispatch round the jobs' sweep runs every ``JOBS_SWEEP_S`` here as beat would run it (what the channel
+layer refused, or an agent lost with its connection, is sent again: the at-least-once path, counted
+as ``resent``); a finished command's follow-up tasks wait in this run's queue and are dropped with it,
+so the runs are not judged (benchmarks/burnin_fleet.py judges a burn-in, with its worker). Each
+round also says how many agent connections were lost, by the agents' reason (a close code, mostly).
 """
 
 import argparse
@@ -34,7 +37,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from unittest import mock
@@ -52,6 +57,28 @@ from benchmarks.telemetry_harness import Fleet, Server, machine_load, prepare_fl
 
 ACKED = ("running", "succeeded", "failed", "cancelled")
 POLL_S = 0.02
+
+
+class Sweeper(threading.Thread):
+    """The jobs' sweep every ``JOBS_SWEEP_S``, as Celery beat runs it in production (its tasks run here,
+    eagerly), during a dispatch round: what the channel layer refused, or an agent lost with its
+    connection, is sent again. Not during a raw round, whose frames are sent once."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True, name="jobs-sweep")
+        self.stopped = threading.Event()
+        self.resent = 0
+
+    def run(self) -> None:
+        from django.conf import settings
+        from django.db import connection
+        from django.utils import timezone
+
+        from apps.jobs import dispatch
+
+        while not self.stopped.wait(settings.JOBS_SWEEP_S):
+            self.resent += dispatch.sweep(timezone.now())["resent"]
+        connection.close()
 
 
 def wait_until_connected(node_ids: list[int], timeout_s: float) -> float:
@@ -123,9 +150,13 @@ def raw_round(nodes: list, timeout_s: float) -> tuple[float | None, int]:
 def dispatch_round(nodes: list, timeout_s: float) -> tuple[float | None, int, int, float | None]:
     from apps.jobs.models import Command
 
+    sweeper = Sweeper()
+    sweeper.start()
     started = time.monotonic()
     run = launch(nodes, "dispatch")
     elapsed, acked = wait_until_acked(run.pk, len(nodes), started, timeout_s)
+    sweeper.stopped.set()
+    sweeper.join()
     resent = Command.objects.filter(run=run, attempts__gt=1).count()
     return elapsed, acked, resent, agent_started_ms(run.pk, started)
 
@@ -156,6 +187,9 @@ def main() -> None:
 
     load_at_start = machine_load()
     with tempfile.TemporaryDirectory() as work, scratch_postgresql(args.scratch_database):
+        from asgiref.sync import async_to_sync
+
+        from apps.core.process import process
         from apps.inventory.models import Node
         from controlplane.celery import app as celery_app
 
@@ -172,8 +206,10 @@ def main() -> None:
             nodes = list(Node.objects.filter(pk__in=node_ids).order_by("pk"))
             rounds = []
             for number in range(1, args.rounds + 1):
+                lost_before = connections_lost(fleet)
                 raw_ms, raw_acked = raw_round(nodes, args.ack_timeout)
                 dispatch_ms, acked, resent, last_start_ms = dispatch_round(nodes, args.ack_timeout)
+                lost = connections_lost(fleet) - lost_before
                 rounds.append(
                     {
                         "raw_ms": raw_ms,
@@ -182,19 +218,29 @@ def main() -> None:
                         "acked": acked,
                         "resent": resent,
                         "last_agent_start_ms": last_start_ms,
+                        "agent_connections_lost": dict(lost),
                         "load": machine_load(),
                     }
                 )
                 print(
                     f"round {number}: dispatch {fmt(dispatch_ms)} ms ({acked}/{args.nodes} acked, {resent} resent, "
                     f"the last agent started at {fmt(last_start_ms)} ms), "
-                    f"raw group_send {fmt(raw_ms)} ms ({raw_acked} acked) (load {machine_load()})",
+                    f"raw group_send {fmt(raw_ms)} ms ({raw_acked} acked); "
+                    f"agent connections lost: {dict(lost) or 'none'} (load {machine_load()})",
                     flush=True,
                 )
         finally:
             stop_gently(fleet)
             server.stop()
+            # What ran here (the start and sweep tasks, eagerly) woke this process's parts, the
+            # change publisher's database thread among them: let go of their connections before the drop.
+            async_to_sync(process.shutdown)()
     print(json.dumps(report(args.nodes, rounds, load_at_start)))
+
+
+def connections_lost(fleet: Fleet) -> Counter[str]:
+    """The fleet's lost connections so far, by the agents' reason (a close code, mostly)."""
+    return sum((simulator.connections_lost for simulator in fleet.simulators), Counter())
 
 
 def stop_gently(fleet: Fleet) -> None:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -24,6 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/10")
 os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
 GPUS_PER_NODE = 8
+# An agent's lost connection, as agents/transport.py logs it: why, in its own words (a close code).
+CONNECTION_LOST = re.compile(r": (?:cannot talk to \S+ \((.*)\); retrying|connection to \S+ closed; reconnecting)")
 SUMMARY = re.compile(
     r"fleet: (\d+) node\(s\), (\d+) connected, (\d+) dead; (\d+) samples taken, (\d+) buffered, (\d+) dropped"
 )
@@ -218,12 +221,15 @@ class SimulatorProcess:
     process: subprocess.Popen[str]
     summaries: list[tuple[int, ...]] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
+    connections_lost: Counter[str] = field(default_factory=Counter)  # by reason
 
     def follow(self) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:
             self.lines.append(line.rstrip())
             del self.lines[:-50]
+            if lost := CONNECTION_LOST.search(line):
+                self.connections_lost[lost.group(1) or "closed"] += 1
             if match := SUMMARY.search(line):
                 self.summaries.append(tuple(int(value) for value in match.groups()))
 
