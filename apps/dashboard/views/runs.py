@@ -14,6 +14,7 @@ from typing import Any, Final
 from django.http import Http404
 
 from apps.accounts.roles import Role
+from apps.burnin.models import BurnInCheck, BurnInNode
 from apps.dashboard.streams import run_percent
 from apps.dashboard.views.base import DashboardPage
 from apps.dashboard.views.burnins import burn_in_form
@@ -41,6 +42,7 @@ class NodeRow:
     node_id: int
     hostname: str
     commands: list[Command] = field(default_factory=list)
+    burn_in: BurnInNode | None = None  # a burn-in's verdict on the node, judged against its thresholds
 
     @property
     def percent(self) -> int:
@@ -61,12 +63,29 @@ class NodeRow:
         return "succeeded"
 
 
-def node_rows(commands: list[Command]) -> list[NodeRow]:
-    """``commands`` (ordered by node and step) grouped by node, in the order they came."""
+def node_rows(commands: list[Command], verdicts: dict[int, BurnInNode] | None = None) -> list[NodeRow]:
+    """``commands`` (ordered by node and step) grouped by node, in the order they came, each node with
+    its burn-in verdict from ``verdicts`` (by node id) when the run is a burn-in's."""
     rows: dict[int, NodeRow] = {}
     for command in commands:
-        rows.setdefault(command.node_id, NodeRow(command.node_id, command.node.hostname)).commands.append(command)
+        row = rows.setdefault(command.node_id, NodeRow(command.node_id, command.node.hostname))
+        row.commands.append(command)
+    for row in rows.values():
+        row.burn_in = (verdicts or {}).get(row.node_id)
     return list(rows.values())
+
+
+def burn_in_verdicts(run: Run, commands: list[Command]) -> dict[int, BurnInNode]:
+    """A burn-in run's verdicts by node id, and each judged command's ``judged`` check (two queries).
+
+    A check's own "pass" only says that the node saw nothing wrong by its own measure; the burn-in
+    judges every figure against the node type's thresholds on the server, and that verdict (which a
+    straggler fails although its check ran cleanly) is the one that moved the node."""
+    judged = {check.command_id: check for check in BurnInCheck.objects.filter(command__run=run)}
+    for command in commands:
+        command.judged = judged.get(command.pk)
+    nodes = BurnInNode.objects.filter(burn_in__run=run).select_related("thresholds__node_type")
+    return {row.node_id: row for row in nodes}
 
 
 def running_runs() -> list[Run]:
@@ -120,13 +139,15 @@ class RunPage(DashboardPage):
             raise Http404("No such run.")
         run.percent = run_percent(run)
         commands = list(run.commands.select_related("node").order_by("node__hostname", "node_id", "sequence"))
+        verdicts = burn_in_verdicts(run, commands)
         lines = list(
             CommandLogLine.objects.filter(command__run=run).select_related("command__node").order_by("-pk")[:LOG_LINES]
         )
         return super().get_context_data(**kwargs) | {
             "run": run,
             "steps": [step["check"] for step in run.steps],
-            "nodes": node_rows(commands),
+            "nodes": node_rows(commands, verdicts),
+            "is_burn_in": bool(verdicts),
             "log_lines": lines[::-1],
             "last_log_id": lines[0].pk if lines else 0,
         }

@@ -1,0 +1,41 @@
+"""A burn-in's run page says what the burn-in decided for each node and each check, judged against the
+node type's thresholds, not only what the check said on the node: a straggler's compute check runs
+cleanly on the node and still fails its burn-in."""
+
+import pytest
+from django.test import Client
+from django.utils.html import escape
+
+from apps.accounts.models import User
+from apps.burnin.models import BurnInCheck
+from tests.dashboard.test_pages_runs import make_run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def run_page(path: str) -> str:
+    client = Client()
+    client.force_login(User.objects.create_user("vic", role="viewer"))
+    response = client.get(path)
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_a_burn_ins_run_page_shows_each_nodes_verdict_and_each_checks_judged_against_thresholds(fleet):
+    sim = fleet(2, "sim-001:straggler:gpu3")
+    burn_in = sim.burn_in("quick")
+    sim.answer()
+    failed = BurnInCheck.objects.get(burn_in_node__node__hostname="sim-001", passed=False)
+
+    html = run_page(f"/runs/{burn_in.run_id}/")
+
+    assert "<th>Burn-in verdict</th>" in html
+    assert "Quarantined, against" in html
+    assert "Moved into service, against" in html
+    assert f'<span class="verdict fail">fail</span> <span class="reason">{escape(failed.summary)}</span>' in html
+    assert "tflops_bf16 on GPU 3" in failed.summary
+
+
+def test_a_run_that_is_no_burn_in_has_no_verdict_column(fleet):
+    html = run_page(f"/runs/{make_run(1).pk}/")
+    assert "Burn-in verdict" not in html
