@@ -22,12 +22,14 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.urls import get_resolver, re_path  # noqa: E402
 
 from agents.gc_tuning import freeze_startup_objects  # noqa: E402
+from apps.dashboard.warm import warm_pages  # noqa: E402
 from controlplane.lifespan import lifespan  # noqa: E402
 from controlplane.routing import agent_websocket_urlpatterns, websocket_urlpatterns  # noqa: E402
 
 # The URLconf (the REST API, its schema, the admin) is imported at the first HTTP request otherwise:
 # half a second that the first page after a restart would wait, behind 1,000 agents reconnecting.
 get_resolver().url_patterns  # noqa: B018  (loading it is the point)
+warm_pages()  # and the pages' templates and URL names, for the same first page
 
 browser_websockets = AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
 

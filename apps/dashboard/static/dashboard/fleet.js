@@ -9,7 +9,11 @@ import { cssVar, drawLegend } from "./scale.js";
 import { settings as staleSettings } from "./stale.js";
 import { chartTimeOptions, formatTick, formatWhen, staleWords, timeHtml } from "./when.js";
 
-const page = JSON.parse(document.getElementById("fleet-page").textContent);
+// The layout and scale tops (the server holds them as text: apps/dashboard/fleet_layout.py) and the prices.
+const page = {
+  ...JSON.parse(document.getElementById("fleet-layout").textContent),
+  ...JSON.parse(document.getElementById("fleet-page").textContent),
+};
 const HOUR_S = 3600;
 const FEED_LENGTH = 15;
 const CHART_REDRAW_S = 5;
