@@ -7,8 +7,10 @@ each node a real WebSocket client sending 8 GPUs' samples a second).
   browser times from navigation start), the median of ``--loads`` fresh loads; each load is listed.
   Beside it, where a load's time went: ``first_byte_ms`` (the shell's first byte), ``html_loaded_ms``
   (the shell and the snapshot after it), ``html_bytes``, and ``server_shell_ms``, what the fleet view
-  itself took to build the shell (its ``Server-Timing``); the rest of the first byte is the wait for
-  the server, whose loop and threads are busy with the fleet's ingest.
+  itself took to build the shell (its ``Server-Timing``; the rest of the first byte is the wait for
+  the server, whose loop and threads are busy with the fleet's ingest), and ``scripts_run_ms``, when
+  the page's modules had run (DOMContentLoaded: fleet.js has handed its worker the snapshot; what
+  follows to the first render is the worker's parse and drawing).
 - ``update_main_thread_ms_p95``: the main-thread time of each live update over ``--seconds``, 95th
   percentile; the target is a 60 Hz frame, 16 ms, and ``update_budget_ratio`` is p95 / 16. The page's
   worker (apps/dashboard/static/dashboard/fleet-worker.js) parses and merges each delta and redraws
@@ -78,6 +80,7 @@ def measure_in_chromium(origin: str, session: str, *, loads: int, seconds: float
             "/",
             "{render: performance.getEntriesByName('fleet-first-render')[0].startTime, "
             "first_byte: nav.responseStart, html: nav.responseEnd, bytes: nav.transferSize, "
+            "scripts: nav.domContentLoadedEventStart, "
             "shell: nav.serverTiming.find((entry) => entry.name === 'shell')?.duration ?? null}",
             loads=loads,
             ready="() => window.cpFleetRendered !== undefined",
@@ -152,6 +155,8 @@ def main() -> None:
         # Of the first byte, what the page's view took (its Server-Timing): the rest is the wait for
         # the server (its loop and threads busy with the fleet's ingest) and the connection.
         "server_shell_ms": median_of(measured["first_renders"], "shell"),
+        # The page's modules have run (fleet.js handed the worker the snapshot); then the worker's draw.
+        "scripts_run_ms": median_of(measured["first_renders"], "scripts"),
         "server_shell_loads_ms": [load["shell"] for load in measured["first_renders"]],
         "update_main_thread_ms_p50": percentile(measured["updates"], 0.5),
         "update_main_thread_ms_p95": p95,
@@ -172,7 +177,8 @@ def main() -> None:
     print(f"              loads: {figures['first_render_loads_ms']}")
     print(
         f"              (median first byte {figures['first_byte_ms']} ms, HTML in at {figures['html_loaded_ms']} ms, "
-        f"{figures['html_bytes']:,} bytes; the view's own time {figures['server_shell_ms']} ms)"
+        f"{figures['html_bytes']:,} bytes; the view's own time {figures['server_shell_ms']} ms; "
+        f"scripts run at {figures['scripts_run_ms']} ms)"
     )
     print(
         f"updates:      {figures['updates']} in {args.seconds:g} s; main thread p50 "
