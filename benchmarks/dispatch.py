@@ -34,7 +34,6 @@ import json
 import os
 import secrets
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -53,7 +52,14 @@ os.environ["CHANNEL_LAYER_PREFIX"] = _prefix
 os.environ["CELERY_KEY_PREFIX"] = _prefix
 
 from benchmarks.scratch_database import scratch_postgresql  # noqa: E402
-from benchmarks.telemetry_harness import Fleet, Server, machine_load, prepare_fleet  # noqa: E402
+from benchmarks.telemetry_harness import (  # noqa: E402
+    Fleet,
+    Server,
+    machine_load,
+    prepare_fleet,
+    stop_gently,
+    wait_until_connected,
+)
 
 ACKED = ("running", "succeeded", "failed", "cancelled")
 POLL_S = 0.02
@@ -79,17 +85,6 @@ class Sweeper(threading.Thread):
         while not self.stopped.wait(settings.JOBS_SWEEP_S):
             self.resent += dispatch.sweep(timezone.now())["resent"]
         connection.close()
-
-
-def wait_until_connected(node_ids: list[int], timeout_s: float) -> float:
-    from apps.gateway.models import NodeAgent
-
-    started = time.monotonic()
-    while time.monotonic() - started < timeout_s:
-        if NodeAgent.objects.filter(node_id__in=node_ids).exclude(channel_name="").count() == len(node_ids):
-            return time.monotonic() - started
-        time.sleep(0.25)
-    raise SystemExit(f"not every agent connected within {timeout_s:g} s")
 
 
 def wait_until_acked(run_id: int, count: int, started: float, timeout_s: float) -> tuple[float | None, int]:
@@ -241,17 +236,6 @@ def main() -> None:
 def connections_lost(fleet: Fleet) -> Counter[str]:
     """The fleet's lost connections so far, by the agents' reason (a close code, mostly)."""
     return sum((simulator.connections_lost for simulator in fleet.simulators), Counter())
-
-
-def stop_gently(fleet: Fleet) -> None:
-    """SIGTERM the simulators and wait, so the agents close their sockets before the server stops."""
-    for simulator in fleet.simulators:
-        simulator.process.terminate()
-    for simulator in fleet.simulators:
-        try:
-            simulator.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            simulator.process.kill()
 
 
 def fmt(value: float | None) -> str:

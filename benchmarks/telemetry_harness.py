@@ -246,6 +246,7 @@ class Fleet:
         processes: int,
         work: Path,
         duration_s: float,
+        faults: str | None = None,
     ) -> None:
         import msgspec
 
@@ -263,6 +264,7 @@ class Fleet:
             command += ["--credentials-file", str(path), "--nodes", str(len(part)), "--profile", "h100"]
             command += ["--seed", str(number + 1), "--duration", str(duration_s)]
             command += ["--interval", str(interval)] if interval else []
+            command += ["--faults", faults] if faults else []  # each process applies those of its nodes
             process = subprocess.Popen(
                 command, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
             )
@@ -363,3 +365,26 @@ class Browser(threading.Thread):
                 for state in message.get("nodes", {}).values():
                     if "ts" in state:
                         self.latencies_ms.setdefault(phase, []).append(1000 * (arrived - state["ts"]))
+
+
+def wait_until_connected(node_ids: list[int], timeout_s: float) -> float:
+    """Seconds until every one of the nodes' agents said Hello (its channel recorded)."""
+    from apps.gateway.models import NodeAgent
+
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        if NodeAgent.objects.filter(node_id__in=node_ids).exclude(channel_name="").count() == len(node_ids):
+            return time.monotonic() - started
+        time.sleep(0.25)
+    raise SystemExit(f"not every agent connected within {timeout_s:g} s")
+
+
+def stop_gently(fleet: Fleet) -> None:
+    """SIGTERM the simulators and wait, so the agents close their sockets before the server stops."""
+    for simulator in fleet.simulators:
+        simulator.process.terminate()
+    for simulator in fleet.simulators:
+        try:
+            simulator.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            simulator.process.kill()
