@@ -21,6 +21,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import cached_property
 from typing import TypedDict
 
 from django.db.models import Count, F, Model, QuerySet, Sum
@@ -118,29 +119,24 @@ class NodePort:
 
 @dataclass
 class CabledNode:
-    """A node under a switch, with its ports cabled to that switch."""
+    """A node under a switch, with its ports cabled to that switch, and the load of those that
+    reported (Topology.add_readings adds each port's to its node's as it goes)."""
 
     id: int
     hostname: str
     lifecycle: str
     liveness: str
     ports: list[NodePort] = field(default_factory=list)
+    load: LinkLoad = field(default_factory=LinkLoad)
 
-    @property
+    @cached_property
     def links(self) -> LinkCounts:
+        """Its ports by condition: read once the overview is built (a page reads it several times)."""
         counts = LinkCounts()
         for port in self.ports:
             counts.states[port.condition] += 1
             counts.gbps += port.rate_gbps
         return counts
-
-    @property
-    def load(self) -> LinkLoad:
-        total = LinkLoad()
-        for port in self.ports:
-            if port.load is not None:
-                total += port.load
-        return total
 
     @property
     def summary(self) -> str:
@@ -214,18 +210,21 @@ class FabricView:
 class Topology:
     fabrics: list[FabricView]
     uncabled: list[tuple[int, str]]  # nodes cabled to no switch: (id, hostname)
-    _ports: dict[PortKey, NodePort] = field(default_factory=dict, repr=False)
+    _ports: dict[PortKey, tuple[NodePort, CabledNode]] = field(default_factory=dict, repr=False)
 
     @property
     def is_empty(self) -> bool:
         return not self.fabrics
 
     def add_readings(self, readings: Mapping[PortKey, tuple[float | None, float | None, float | None]]) -> None:
-        """Each node port's newest ``(tx_gbps, rx_gbps, rate_gbps)`` (a missing rate: the inventory's)."""
+        """Each node port's newest ``(tx_gbps, rx_gbps, rate_gbps)`` (a missing rate: the inventory's),
+        the readings of one moment, added once."""
         for key, (tx, rx, rate) in readings.items():
-            if (port := self._ports.get(key)) is not None:
+            if (found := self._ports.get(key)) is not None:
+                port, node = found
                 port.load = LinkLoad()
                 port.load.add(tx, rx, rate or port.rate_gbps)
+                node.load += port.load
 
 
 def cabled_node_ports() -> QuerySet[NetworkPort]:
@@ -287,10 +286,11 @@ def _count_switch_links(switches: dict[int, SwitchView]) -> None:
         counts.gbps += row["gbps"]
 
 
-def _cable_nodes(switches: dict[int, SwitchView]) -> dict[PortKey, NodePort]:
-    """Put each node under the switches its ports are cabled to: one query. Returns the ports by key."""
+def _cable_nodes(switches: dict[int, SwitchView]) -> dict[PortKey, tuple[NodePort, CabledNode]]:
+    """Put each node under the switches its ports are cabled to: one query. Returns the ports (and the
+    node each is under) by key."""
     nodes: dict[tuple[int, int], CabledNode] = {}
-    ports: dict[PortKey, NodePort] = {}
+    ports: dict[PortKey, tuple[NodePort, CabledNode]] = {}
     rows = cabled_node_ports().values_list(
         "_peer_switch_port__switch_id",
         "node_id",
@@ -311,7 +311,7 @@ def _cable_nodes(switches: dict[int, SwitchView]) -> dict[PortKey, NodePort]:
             switches[switch_id].nodes.append(node)
         port = NodePort(device, number, rate, link_condition(state))
         node.ports.append(port)
-        ports[node_id, device, number] = port
+        ports[node_id, device, number] = port, node
     return ports
 
 
