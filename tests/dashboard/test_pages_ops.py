@@ -10,6 +10,7 @@ from django.test import Client
 from django.utils import timezone
 
 from apps.accounts.models import User
+from apps.dashboard.templatetags.durations import hours
 from apps.failures.events import record_event, record_events
 from apps.failures.models import Failure
 from apps.inventory.models import Node, Rack
@@ -215,3 +216,27 @@ def test_reliability_explains_a_period_it_does_not_offer(viewer_user, gpu_node):
 
 
 # A small fleet for the browser ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "written"),
+    [
+        (None, "–"),
+        (0.0, "< 1 min"),
+        (0.0631, "4 min"),
+        (0.99, "59 min"),
+        (1.0, "1 h"),
+        (10.55, "10.6 h"),
+        (1200.0, "1,200 h"),
+    ],
+)
+def test_durations_in_hours_are_written_in_minutes_under_an_hour(value, written):
+    assert hours(value) == written
+
+
+def test_a_minutes_old_fleets_mtbf_reads_in_minutes_not_zero_hours(viewer_user, gpu_node):
+    record_event(gpu_node.pk, xid(79, at=timezone.now().timestamp() - 60))
+    html = page(viewer_user, "/reliability/")
+    mtbf = re.search(r'<table class="data sortable" id="mtbf">.*?</table>', html, re.S).group(0)
+    assert re.search(r'> ?(\d+ min|&lt; 1 min) <span class="muted">\(little exposure\)</span>', mtbf)
+    assert "0.0 h" not in html

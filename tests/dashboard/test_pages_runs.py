@@ -241,3 +241,11 @@ def test_the_fleet_pages_running_jobs_lists_running_runs_only(viewer_user):
     assert f'href="/runs/{running.pk}/"' in jobs
     assert f'href="/runs/{over.pk}/"' not in jobs
     assert "rack 7 burn-in" in jobs
+
+
+def test_the_fleet_pages_running_jobs_says_nothing_is_running_when_only_finished_runs_exist(viewer_user):
+    Run.objects.filter(pk=make_run(1).pk).update(state=RunState.SUCCEEDED)
+    html = page(viewer_user, "/")
+    jobs = html[html.index('id="jobs"') :]
+    assert "Nothing is running now." in jobs
+    assert "in this state" not in jobs
