@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 import uvicorn
-from asgiref.sync import async_to_sync
-from channels.db import database_sync_to_async
+from asgiref.sync import SyncToAsync, async_to_sync
 from channels.layers import get_channel_layer
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.db import DEFAULT_DB_ALIAS, connections
@@ -25,6 +24,10 @@ from websockets.sync.client import ClientConnection, connect
 
 from apps.accounts.models import User
 from controlplane import demo
+
+# A live server's connections still open when it stops get this long to end; then their tasks are
+# cancelled, so that a test's teardown never waits on one forever.
+GRACEFUL_SHUTDOWN_S = 5
 
 
 class LiveServer:
@@ -39,13 +42,18 @@ class LiveServer:
 
             app = ASGIStaticFilesHandler(application)
         # With its lifespan, as in production: the process's parts are shut down as the server stops.
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, lifespan="on", log_level="warning")
+        config = uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=self.port,
+            lifespan="on",
+            log_level="warning",
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        )
         self._server = uvicorn.Server(config)
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=asyncio.run, args=(self._serve(),), daemon=True, name="live-server")
 
     async def _serve(self) -> None:
-        self._loop = asyncio.get_running_loop()
         await self._server.serve()
 
     def start(self) -> None:
@@ -57,13 +65,15 @@ class LiveServer:
         raise RuntimeError("uvicorn did not start within 5 s")
 
     def stop(self) -> None:
-        # The consumers' database work runs on asgiref's one thread for thread-sensitive calls, whose
-        # connections outlive the server; close them from there (PostgreSQL cannot drop a test
-        # database that a connection still uses).
-        close = asyncio.run_coroutine_threadsafe(database_sync_to_async(connections.close_all)(), self._loop)
-        close.result(timeout=10)
         self._server.should_exit = True
-        self._thread.join(timeout=10)
+        self._thread.join(timeout=GRACEFUL_SHUTDOWN_S + 10)
+        # The consumers' database work runs on asgiref's one thread for thread-sensitive calls, whose
+        # connections outlive the server; closed from there once the server has stopped, so that no
+        # disconnect handler of its shutdown opens one again (PostgreSQL cannot drop a test database
+        # that a connection still uses).
+        SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=10)
+        if self._thread.is_alive():
+            raise RuntimeError(f"uvicorn did not stop within {GRACEFUL_SHUTDOWN_S + 10} s")
 
     def url(self, path: str) -> str:
         return f"ws://127.0.0.1:{self.port}{path}"

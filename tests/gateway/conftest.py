@@ -29,6 +29,7 @@ from tests import factories
 from tests.gateway.storage import StoredTelemetry, storage  # noqa: F401  (a fixture)
 
 NOW = 1_760_000_000.0  # a fixed agent clock, well inside the protocol's timestamp range
+GRACEFUL_SHUTDOWN_S = 5  # how long the server waits at its teardown for the sockets still open
 
 in_db = database_sync_to_async
 
@@ -59,16 +60,22 @@ async def server_url(
 
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(application, lifespan="off", log_config=None, log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            application,
+            lifespan="off",
+            log_config=None,
+            log_level="warning",
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,  # then a socket left open is cancelled
+        )
+    )
     serving = asyncio.create_task(server.serve(sockets=[listener]))
     while not server.started:
         await asyncio.sleep(0.01)
     yield f"ws://127.0.0.1:{listener.getsockname()[1]}/ws/agent"
     server.should_exit = True
     await serving
-    ticking = bookkeeper()._task  # the last connection is gone: it writes what is pending and stops
-    if ticking is not None:
-        await ticking
+    await bookkeeper().close()  # stops its ticking whatever it still counts open, and writes what is pending
     await redis_channel_layer.close_pools()  # this event loop's; the fixture empties the layer after
 
 
