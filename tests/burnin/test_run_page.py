@@ -30,8 +30,8 @@ def test_a_burn_ins_run_page_shows_each_nodes_verdict_and_each_checks_judged_aga
     html = run_page(f"/runs/{burn_in.run_id}/")
 
     assert "<th>Burn-in verdict</th>" in html
-    assert "Quarantined, against" in html
-    assert "Moved into service, against" in html
+    assert "Quarantined, against <a" in html
+    assert "Moved into service, against <a" in html
     assert f'<span class="verdict fail">fail</span> <span class="reason">{escape(failed.summary)}</span>' in html
     assert "tflops_bf16 on GPU 3" in failed.summary
 

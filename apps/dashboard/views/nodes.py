@@ -140,7 +140,7 @@ class NodesPage(DashboardPage):
         first = {name: (value[0] if value else "") for name, value in values.items()}
         operator = self.request.user.has_role(Role.OPERATOR)
         return super().get_context_data(**kwargs) | {
-            "burn_in": burn_in_form(pick_nodes=False) if operator else None,
+            "burn_in_form": burn_in_form(pick_nodes=False) if operator else None,
             "shown": len(rows),
             "node_total": Node.objects.count(),
             "filtered": any(any(v.strip() for v in value) for value in values.values()),

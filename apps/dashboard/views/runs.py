@@ -14,7 +14,8 @@ from typing import Any, Final
 from django.http import Http404
 
 from apps.accounts.roles import Role
-from apps.burnin.models import BurnInCheck, BurnInNode
+from apps.burnin.models import BurnIn, BurnInCheck, BurnInNode
+from apps.dashboard.siblings import attach_figures
 from apps.dashboard.streams import run_percent
 from apps.dashboard.views.base import DashboardPage
 from apps.dashboard.views.burnins import burn_in_form
@@ -117,7 +118,7 @@ class RunsPage(DashboardPage):
             run.percent = run_percent(run)
         operator = self.request.user.has_role(Role.OPERATOR)
         return super().get_context_data(**kwargs) | {
-            "burn_in": burn_in_form(pick_nodes=True) if operator and "partial" not in self.request.GET else None,
+            "burn_in_form": burn_in_form(pick_nodes=True) if operator and "partial" not in self.request.GET else None,
             "runs": rows[:limit],
             "has_more": len(rows) > limit,
             "state": state,
@@ -139,7 +140,9 @@ class RunPage(DashboardPage):
             raise Http404("No such run.")
         run.percent = run_percent(run)
         commands = list(run.commands.select_related("node").order_by("node__hostname", "node_id", "sequence"))
-        verdicts = burn_in_verdicts(run, commands)
+        attach_figures(commands)
+        burn_in = BurnIn.objects.with_counts().filter(run=run).first()
+        verdicts = burn_in_verdicts(run, commands) if burn_in is not None else {}
         lines = list(
             CommandLogLine.objects.filter(command__run=run).select_related("command__node").order_by("-pk")[:LOG_LINES]
         )
@@ -147,7 +150,7 @@ class RunPage(DashboardPage):
             "run": run,
             "steps": [step["check"] for step in run.steps],
             "nodes": node_rows(commands, verdicts),
-            "is_burn_in": bool(verdicts),
+            "burn_in": burn_in,
             "log_lines": lines[::-1],
             "last_log_id": lines[0].pk if lines else 0,
         }
