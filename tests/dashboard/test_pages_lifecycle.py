@@ -73,10 +73,12 @@ def test_burn_in_and_retire_are_offered_to_those_who_may_and_drain_works_in_bulk
 
     page = open_page(operator, f"/nodes/{fresh.pk}/")
     expect(page.locator('#node-actions [data-action="retire"]')).to_have_count(0)  # an admin's call
-    node_action(page, "start_burn_in")  # the reason is optional for a burn-in
-    expect(page.locator("#node-lifecycle")).to_have_text("Burn-in")
-    expect(page.locator("#lifecycle-since dt")).to_have_text("Burn-in since")
+    page.locator('#node-actions [data-action="start_burn_in"]').click()  # the burn-in form, on this node
+    expect(page.locator("#burn-in-names")).to_have_text("gpu-fresh")
+    page.locator("#burn-in-start").click()
+    expect(page.locator("h1")).to_contain_text("burn-in: Quick")  # its run's page
     assert off_the_loop(lambda: list(BurnIn.objects.values_list("nodes__node", "suite__name"))) == [(fresh.pk, "quick")]
+    assert off_the_loop(lambda: Node.objects.get(pk=fresh.pk).lifecycle) == Lifecycle.BURN_IN
 
     listing = open_page(operator, "/nodes/")
     wait_until_live(listing)

@@ -23,9 +23,10 @@ def step_words(step: dict[str, Any]) -> str:
     return step["check"] + (f" ({params})" if params else "")
 
 
-def burn_in_form(*, pick_nodes: bool) -> dict[str, Any]:
+def burn_in_form(*, pick_nodes: bool, on: str = "The selected nodes") -> dict[str, Any]:
     """The suites with their steps, the clusters with how many of their nodes can start a burn-in now,
-    and, where the page has no selection of its own (``pick_nodes``: the runs page), those nodes."""
+    and, where the page has no selection of its own (``pick_nodes``: the runs page), those nodes.
+    ``on``: what the page's own selection is called (a node page's is its node)."""
     suites = [
         {"name": s.name, "title": s.title, "description": s.description, "steps": [step_words(x) for x in s.steps]}
         for s in Suite.objects.order_by("-builtin", "name")
@@ -33,6 +34,7 @@ def burn_in_form(*, pick_nodes: bool) -> dict[str, Any]:
     clusters = Cluster.objects.annotate(startable=Count("nodes", filter=Q(nodes__lifecycle__in=STARTS_FROM)))
     nodes = Node.objects.filter(lifecycle__in=STARTS_FROM).order_by("hostname")
     return {
+        "on": on,
         "suites": suites,
         "default_suite": DEFAULT_SUITE,
         "clusters": list(clusters.order_by("name").values("name", "startable")),

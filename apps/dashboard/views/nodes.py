@@ -297,6 +297,7 @@ class NodePage(DashboardPage):
         resolved = list(failures.exclude(state__in=ACTIVE_STATES).order_by("-resolved_at", "-id")[:RESOLVED_SHOWN])
         gpus = gpu_rows(node)
         role = self.request.user.effective_role
+        operator = self.request.user.has_role(Role.OPERATOR)
         actions = action_data(actions_for(role))
         attach_moves(active, role)
         window = self.request.GET.get("window", "15m")
@@ -312,6 +313,8 @@ class NodePage(DashboardPage):
             **self.lifecycle_context(),
             "allowed": node.allowed_transitions(),
             "actions": actions,
+            # Its "Start burn-in" opens the burn-in form on the node (a suite to choose, the run's page next).
+            "burn_in_form": burn_in_form(pick_nodes=False, on="This node") if operator else None,
             "charts": CHARTS,
             "windows": [(name, WINDOW_LABELS[name]) for name in WINDOWS],
             "node_page": {

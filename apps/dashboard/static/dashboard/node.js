@@ -3,6 +3,7 @@
 
 import uPlot from "../vendor/uplot/uPlot.esm.js";
 import { api, escapeHtml, toast } from "./api.js";
+import { BurnInForm } from "./burnin-form.js";
 import { applyDataStyles } from "./data-styles.js";
 import { ActionDialog, moveForFailure, movesHtml, offersOverride, refusal, transition } from "./lifecycle.js";
 import { LiveSocket } from "./live.js";
@@ -419,16 +420,22 @@ const live = new LiveSocket([{ subscribe: "node", node: page.node }], (kind, mes
 // Operators' actions ------------------------------------------------------------------------------
 if (canOperate && document.getElementById("action-dialog")) {
   const dialog = new ActionDialog();
+  const burnIn = new BurnInForm(); // "Start burn-in": a suite to choose, then the run's page
 
   for (const action of page.actions) {
-    document.querySelector(`#node-actions [data-action="${action.name}"]`)?.addEventListener("click", async () => {
+    const button = document.querySelector(`#node-actions [data-action="${action.name}"]`);
+    if (action.name === "start_burn_in") {
+      button?.addEventListener("click", () => burnIn.open({ nodes: [{ id: page.node, hostname: page.hostname }] }));
+      continue;
+    }
+    button?.addEventListener("click", async () => {
       const results = await dialog.open({
         title: `${action.label}: ${page.hostname}`,
         summaryHtml: `<p>${escapeHtml(page.hostname)} becomes ${escapeHtml(action.target_label.toLowerCase())}.</p>`,
         reasonRequired: action.reason_required,
         hint: "The reason goes into the node's lifecycle history and the audit log.",
         confirmLabel: action.label,
-        danger: !["return_to_service", "start_burn_in"].includes(action.name),
+        danger: action.name !== "return_to_service",
         offerOverride: offersOverride(action),
         perform: async (reason, _onDone, override) => {
           try {
