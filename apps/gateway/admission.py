@@ -88,7 +88,7 @@ def record_disconnects(departures: Sequence[tuple[int, datetime]]) -> list[None]
     (a newer connection of the node may already be up)."""
     now = timezone.now()
     with transaction.atomic():
-        for node_id, connected_at in departures:
+        for node_id, connected_at in sorted(departures):  # in node order, as the Hellos' upsert (below)
             NodeAgent.objects.filter(node_id=node_id, connected_at__lte=connected_at).update(
                 disconnected_at=now, channel_name=""
             )
@@ -96,12 +96,18 @@ def record_disconnects(departures: Sequence[tuple[int, datetime]]) -> list[None]
 
 
 def _last_per_node(arrivals: Sequence[Arrival]) -> list[Arrival]:
-    """One Hello per node (a node whose agent reconnected within one batch): the latest."""
+    """One Hello per node (a node whose agent reconnected within one batch): the latest, in node order.
+
+    In node order because the upsert locks its rows in the order it lists them, and the other writers
+    of the same rows (the bookkeeper's ``UPDATE ... WHERE node_id IN``, bookkeeping.py, and the
+    disconnects) lock them as an index scan meets them, in node order: listed as the agents arrived,
+    the upsert deadlocked with them when a fleet reconnected, the batch was retried one Hello at a
+    time, the Welcomes at its back came after the agents' 10 s timeout, and those agents came back."""
     latest: dict[int, Arrival] = {}
     for arrival in arrivals:
         if arrival.node.pk not in latest or arrival.at >= latest[arrival.node.pk].at:
             latest[arrival.node.pk] = arrival
-    return list(latest.values())
+    return [latest[node_id] for node_id in sorted(latest)]
 
 
 authenticate = Batched(authenticate_all)

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TypeVar
+from unittest import mock
 
 import pytest
 from django.db import connection
@@ -105,6 +106,16 @@ def test_a_node_said_hello_twice_in_one_batch_keeps_its_later_connection() -> No
     ]
     assert len(admission.welcome_all(arrivals)) == 2
     assert NodeAgent.objects.values_list("agent_version", "connected_at").get() == ("new", later)
+
+
+def test_a_batch_of_hellos_writes_its_agent_records_in_node_order() -> None:
+    """The upsert locks rows in the order it lists them, every other writer of them in node order:
+    listed as the agents arrived, a fleet's reconnect deadlocked with the bookkeeper's writes."""
+    fleet = [node for node, _ in nodes(4)]
+    at = timezone.now()
+    with mock.patch.object(NodeAgent.objects, "bulk_create", wraps=NodeAgent.objects.bulk_create) as upsert:
+        admission.welcome_all([admission.Arrival(node, hello(node), None, at) for node in reversed(fleet)])
+    assert [agent.node_id for agent in upsert.call_args.args[0]] == [node.pk for node in fleet]
 
 
 def test_a_disconnect_ends_its_own_connection_only() -> None:
