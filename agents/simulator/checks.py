@@ -53,7 +53,8 @@ from agents.executors.runtime import CheckSkipped, CheckUnavailable, gpus_label
 from agents.executors.telemetry import TelemetryWatch
 from agents.protocol import CheckResult, GpuSample, NodeSample, PortSample
 from agents.simulator.collector import SimulatedCollector
-from agents.simulator.model import NodeModel, SimGpu
+from agents.simulator.hardware import SimGpu
+from agents.simulator.model import NodeModel
 from agents.simulator.profiles import Profile
 from agents.simulator.workloads import BurnIn
 

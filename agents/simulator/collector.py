@@ -8,7 +8,8 @@ from collections.abc import Iterable
 
 from agents.protocol import GpuEvent, GpuInfo, HostFacts, Inventory, NodeSample, NvLinkPeer, PortInfo
 from agents.simulator.faults import FaultSpec, parse_fault_spec
-from agents.simulator.model import PCIE_WIDTH, NodeDied, NodeModel
+from agents.simulator.hardware import PCIE_WIDTH
+from agents.simulator.model import NodeDied, NodeModel
 from agents.simulator.profiles import Profile, profile_named
 from agents.simulator.workloads import Training, Workload
 

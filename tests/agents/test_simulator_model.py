@@ -9,7 +9,8 @@ from agents.collectors.base import Collector
 from agents.protocol import Events, Inventory, NodeSample, Telemetry, decode_agent_message, encode
 from agents.simulator.collector import SimulatedCollector
 from agents.simulator.faults import FaultSpecError
-from agents.simulator.model import GPU_IDLE, SW_POWER_CAP, SW_THERMAL_SLOWDOWN, NodeDied
+from agents.simulator.hardware import GPU_IDLE, SW_POWER_CAP, SW_THERMAL_SLOWDOWN
+from agents.simulator.model import NodeDied
 from agents.simulator.profiles import PROFILES
 from agents.simulator.workloads import BurnIn, Idle, Schedule, Training
 
