@@ -50,7 +50,7 @@ def test_an_operator_burns_in_two_selected_nodes_and_lands_on_the_run(open_page,
     expect(form.locator("#burn-in-names")).to_have_text("gpu-001, gpu-002")
     expect(form.locator('.suite-about[data-suite="quick"]')).to_contain_text("nccl_allreduce")
     form.locator("#burn-in-suite").select_option("standard")
-    expect(form.locator('.suite-about[data-suite="standard"]')).to_contain_text("dcgm_diag (level 2)")
+    expect(form.locator('.suite-about[data-suite="standard"]')).to_contain_text("dcgm_diag (level=2)")
     expect(form.locator('.suite-about[data-suite="quick"]')).to_be_hidden()
     form.locator("#burn-in-into-service").uncheck()
     screenshot(page, f"burn-in-form-{'dark' if dark else 'light'}")
@@ -82,6 +82,7 @@ def test_the_runs_page_starts_a_burn_in_of_a_cluster_or_of_picked_nodes(open_pag
     form = page.locator("#burn-in-dialog")
     expect(form.locator("#burn-in-node-picker option")).to_have_text(["gpu-001 (new)", "gpu-002 (drained)"])
     expect(form.locator("#burn-in-cluster")).to_have_text("lab: 2 nodes can start")
+    screenshot(page, "burn-in-form-runs")
     form.locator("#burn-in-cluster").select_option("lab")  # choosing a cluster chooses "every node of"
     expect(form.locator("#burn-in-on-cluster")).to_be_checked()
     form.locator("#burn-in-start").click()

@@ -17,9 +17,13 @@ DEFAULT_SUITE: Final = "quick"
 DEADLINES: Final = ((3600, "1 hour"), (DEFAULT_DEADLINE_S, "6 hours"), (86400, "1 day"), (3 * 86400, "3 days"))
 
 
+def param_words(value: Any) -> str:
+    return "/".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
+
+
 def step_words(step: dict[str, Any]) -> str:
     """One step of a suite as the form lists it: its check and what it was given."""
-    params = ", ".join(f"{name} {value}" for name, value in (step.get("params") or {}).items())
+    params = ", ".join(f"{name}={param_words(value)}" for name, value in (step.get("params") or {}).items())
     return step["check"] + (f" ({params})" if params else "")
 
 
