@@ -11,7 +11,7 @@ from playwright.sync_api import Page, expect
 
 from apps.accounts.models import User
 from tests.dashboard.conftest import off_the_loop
-from tests.dashboard.test_pages_ops import OpsFleet, ops_fleet
+from tests.dashboard.test_pages_ops_browser import OpsFleet, ops_fleet
 
 # Chromium reports each violation as a `securitypolicyviolation` event on the document; the listener
 # goes in before any of the page's own scripts run.
