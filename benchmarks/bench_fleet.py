@@ -1,6 +1,8 @@
 """The benchmarks' fleet: one cluster of 8-GPU H100 nodes (``bench-0000`` ...) with their GPUs, made in
-bulk on the scratch database (benchmarks/scratch_database.py)."""
+bulk on the scratch database (benchmarks/scratch_database.py); and the percentiles the page and query
+benchmarks report of it."""
 
+import statistics
 from decimal import Decimal
 from typing import Any
 
@@ -33,3 +35,12 @@ def h100_nodes(count: int, **node_fields: Any) -> list[Any]:
         for i in range(GPUS)
     )
     return nodes
+
+
+def percentiles(values_ms: list[float]) -> dict[str, float]:
+    """``{"p50_ms", "p99_ms"}`` of some requests' timings."""
+    ordered = sorted(values_ms)
+    return {
+        "p50_ms": round(statistics.median(ordered), 1),
+        "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 1),
+    }

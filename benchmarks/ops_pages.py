@@ -15,7 +15,6 @@ The last line printed is JSON.
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 import warnings
@@ -24,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.bench_fleet import GPUS, h100_nodes
+from benchmarks.bench_fleet import GPUS, h100_nodes, percentiles
 from benchmarks.scratch_database import scratch_postgresql
 
 PORTS = 8
@@ -163,30 +162,34 @@ def fill_failures(node_ids: list[int]) -> None:
 def measure(requests: int) -> dict[str, dict[str, float]]:
     from django.test import Client
 
+    from agents.gc_tuning import freeze_startup_objects
     from apps.accounts.models import User
     from apps.accounts.roles import Role
 
     client = Client()
+    freeze_startup_objects()  # the server's collector settings (controlplane/asgi.py), not CPython's defaults
     client.force_login(User.objects.get_or_create(username="bench-viewer", defaults={"role": Role.VIEWER})[0])
     results = {}
     for name, path in PAGES.items():
-        timings = []
+        timings, cpu = [], []
         for i in range(requests + 2):
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             response = client.get(path, secure=True)
             elapsed = (time.perf_counter() - started) * 1000
+            cpu_ms = (time.process_time() - cpu_started) * 1000
             assert response.status_code == 200, (path, response.status_code)
             if name == "topology":  # every node's load is known: its ports reported in the last minute
                 assert response.content.count(b'<span class="num">\xe2\x80\x93</span>') == 0, "no recent samples"
             if i >= 2:  # the first requests warm up connections and code paths
                 timings.append(elapsed)
-        timings.sort()
-        results[name] = {
-            "p50_ms": round(statistics.median(timings), 1),
-            "p99_ms": round(timings[min(len(timings) - 1, int(len(timings) * 0.99))], 1),
-            "kb": round(len(response.content) / 1024),
-        }
-        print(f"{name:>17}  p50 {results[name]['p50_ms']:7.1f} ms   p99 {results[name]['p99_ms']:7.1f} ms", flush=True)
+                cpu.append(cpu_ms)
+        figures = percentiles(timings) | {f"server_cpu_{k}": v for k, v in percentiles(cpu).items()}
+        results[name] = figures | {"kb": round(len(response.content) / 1024)}
+        print(
+            f"{name:>17}  p50 {figures['p50_ms']:7.1f} ms   p99 {figures['p99_ms']:7.1f} ms   "
+            f"(server CPU p50 {figures['server_cpu_p50_ms']:6.1f} ms, p99 {figures['server_cpu_p99_ms']:6.1f} ms)",
+            flush=True,
+        )
     return results
 
 

@@ -22,7 +22,6 @@ refills only the raw samples. The last line printed is JSON.
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 import warnings
@@ -32,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from datetime import UTC, datetime
 
-from benchmarks.bench_fleet import GPUS, h100_nodes
+from benchmarks.bench_fleet import GPUS, h100_nodes, percentiles
 from benchmarks.scratch_database import scratch_postgresql
 
 RAW_SECONDS = 16 * 60
@@ -153,35 +152,37 @@ def measure(node_ids: list[int], requests: int) -> dict[str, dict[str, float]]:
 
     from django.test import Client
 
+    from agents.gc_tuning import freeze_startup_objects
     from apps.accounts.models import ApiToken, User
     from apps.accounts.roles import Role
 
     user, _ = User.objects.get_or_create(username="bench-viewer", defaults={"role": Role.VIEWER})
     _, secret = ApiToken.issue(user=user, name=f"bench-{time.time_ns()}", role=Role.VIEWER)
     client = Client(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    freeze_startup_objects()  # the server's collector settings (controlplane/asgi.py), not CPython's defaults
     chosen = random.Random(7).sample(node_ids, min(requests, len(node_ids)))
     results = {}
     for window, metric in (("15m", "util_gpu"), ("24h", "power_w"), ("30d", "temp_c")):
-        timings = []
+        timings, cpu = [], []
         expected = expected_points(window)
         for i in range(requests + 3):
             node_id = chosen[i % len(chosen)]
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             response = client.get(f"/api/v1/nodes/{node_id}/telemetry?window={window}&metric={metric}", secure=True)
             elapsed = (time.perf_counter() - started) * 1000
+            cpu_ms = (time.process_time() - cpu_started) * 1000
             assert response.status_code == 200, response.content[:300]
             points = sum(len(gpu["points"]) for gpu in response.json()["gpus"])
             assert points >= expected, f"{window}: only {points} points of the {expected} its data holds"
             if i >= 3:  # the first requests warm up connections and code paths
                 timings.append(elapsed)
-        timings.sort()
-        results[window] = {
-            "p50_ms": round(statistics.median(timings), 1),
-            "p99_ms": round(timings[min(len(timings) - 1, int(len(timings) * 0.99))], 1),
-            "points": points,
-        }
+                cpu.append(cpu_ms)
+        results[window] = percentiles(timings) | {f"server_cpu_{k}": v for k, v in percentiles(cpu).items()}
+        results[window]["points"] = points
+        figures = results[window]
         print(
-            f"{window:>4}  p50 {results[window]['p50_ms']:6.1f} ms   p99 {results[window]['p99_ms']:6.1f} ms",
+            f"{window:>4}  p50 {figures['p50_ms']:6.1f} ms   p99 {figures['p99_ms']:6.1f} ms   "
+            f"(server CPU p50 {figures['server_cpu_p50_ms']:5.1f} ms, p99 {figures['server_cpu_p99_ms']:5.1f} ms)",
             flush=True,
         )
     return results
