@@ -130,10 +130,10 @@ def fill(nodes: int) -> list[int]:
     return node_ids
 
 
-def expected_points(window: str) -> int:
-    """The points a node's answer must hold: every step of the window that the filled data covers,
-    counted from the newest sample filled (the fill may have ended a while before this query)."""
-    from django.db.models import Max
+def expected_points(window: str, newest: datetime) -> int:
+    """The points a node's answer must hold now: every step of the window that the filled data covers,
+    counted from ``newest``, the newest sample filled (the fill may have ended a while before, and
+    the raw window slides off the data's start as the requests go on)."""
     from django.utils import timezone
 
     from apps.telemetry.models import NodeGpuSample
@@ -142,7 +142,6 @@ def expected_points(window: str) -> int:
     spec = WINDOWS[window]
     if spec.source is not NodeGpuSample:
         return GPUS * int(spec.span / spec.step) * 9 // 10
-    newest = NodeGpuSample.objects.aggregate(newest=Max("ts"))["newest"]
     covered = spec.span - (timezone.now() - newest)
     return max(0, GPUS * int(covered / spec.step) - GPUS)
 
@@ -150,23 +149,26 @@ def expected_points(window: str) -> int:
 def measure(node_ids: list[int], requests: int) -> dict[str, dict[str, float]]:
     import random
 
+    from django.db.models import Max
     from django.test import Client
 
     from agents.gc_tuning import freeze_startup_objects
     from apps.accounts.models import ApiToken, User
     from apps.accounts.roles import Role
+    from apps.telemetry.models import NodeGpuSample
 
     user, _ = User.objects.get_or_create(username="bench-viewer", defaults={"role": Role.VIEWER})
     _, secret = ApiToken.issue(user=user, name=f"bench-{time.time_ns()}", role=Role.VIEWER)
     client = Client(HTTP_AUTHORIZATION=f"Bearer {secret}")
     freeze_startup_objects()  # the server's collector settings (controlplane/asgi.py), not CPython's defaults
     chosen = random.Random(7).sample(node_ids, min(requests, len(node_ids)))
+    newest = NodeGpuSample.objects.aggregate(newest=Max("ts"))["newest"]
     results = {}
     for window, metric in (("15m", "util_gpu"), ("24h", "power_w"), ("30d", "temp_c")):
         timings, cpu = [], []
-        expected = expected_points(window)
         for i in range(requests + 3):
             node_id = chosen[i % len(chosen)]
+            expected = expected_points(window, newest)
             started, cpu_started = time.perf_counter(), time.process_time()
             response = client.get(f"/api/v1/nodes/{node_id}/telemetry?window={window}&metric={metric}", secure=True)
             elapsed = (time.perf_counter() - started) * 1000
