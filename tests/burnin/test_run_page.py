@@ -39,3 +39,14 @@ def test_a_burn_ins_run_page_shows_each_nodes_verdict_and_each_checks_judged_aga
 def test_a_run_that_is_no_burn_in_has_no_verdict_column(fleet):
     html = run_page(f"/runs/{make_run(1).pk}/")
     assert "Burn-in verdict" not in html
+
+
+def test_the_runs_list_counts_the_nodes_that_failed_a_burn_in_whose_commands_all_ran(fleet):
+    sim = fleet(3, "sim-001:straggler:gpu3")
+    burn_in = sim.burn_in("quick")
+    sim.answer()
+
+    html = run_page("/runs/")
+
+    row = html[html.index(f'<tr data-run="{burn_in.run_id}"') :]
+    assert '<span class="verdict fail">· 1 node failed the burn-in</span>' in row[: row.index("</tr>")]

@@ -11,9 +11,11 @@ Each page reads the database in a fixed number of queries, whatever the number o
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from django.db.models import Count, IntegerField, OuterRef, Subquery
 from django.http import Http404
 
 from apps.accounts.roles import Role
+from apps.burnin.choices import NodeState
 from apps.burnin.models import BurnIn, BurnInCheck, BurnInNode
 from apps.dashboard.siblings import attach_figures
 from apps.dashboard.streams import run_percent
@@ -89,6 +91,13 @@ def burn_in_verdicts(run: Run, commands: list[Command]) -> dict[int, BurnInNode]
     return {row.node_id: row for row in nodes}
 
 
+def burn_in_failures() -> Subquery:
+    """A run's nodes that failed its burn-in against their thresholds: a burn-in whose every command
+    ran cleanly (so the run succeeded, 0 commands failed) can still have quarantined a straggler."""
+    failed = BurnInNode.objects.filter(burn_in__run=OuterRef("pk"), state=NodeState.FAILED).order_by()
+    return Subquery(failed.values("burn_in").annotate(n=Count("pk")).values("n"), output_field=IntegerField())
+
+
 def running_runs() -> list[Run]:
     """The newest runs still going, with their progress, for the fleet page's running jobs: one query."""
     runs = list(Run.objects.with_counts().filter(state=RunState.RUNNING).order_by("-created_at", "-id")[:RUNNING_JOBS])
@@ -107,7 +116,7 @@ class RunsPage(DashboardPage):
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         state = self.request.GET.get("state", "")
         limit = bounded_int(self.request.GET.get("limit"), PAGE_SIZE, 1, 500)
-        runs = Run.objects.with_counts().order_by("-created_at", "-id")
+        runs = Run.objects.with_counts().annotate(burn_in_failed=burn_in_failures()).order_by("-created_at", "-id")
         error = ""
         if state and state not in RunState.values:
             error = f"Unknown state “{state}”: choose one of {', '.join(RunState.values)}."
