@@ -110,7 +110,6 @@ class NodePort:
     port: int
     rate_gbps: int
     condition: str
-    load: LinkLoad | None = None  # None: no recent reading
 
     @property
     def name(self) -> str:
@@ -120,7 +119,7 @@ class NodePort:
 @dataclass
 class CabledNode:
     """A node under a switch, with its ports cabled to that switch, and the load of those that
-    reported (Topology.add_readings adds each port's to its node's as it goes)."""
+    reported (Topology.add_readings adds each reporting port's traffic and rate to it)."""
 
     id: int
     hostname: str
@@ -222,9 +221,7 @@ class Topology:
         for key, (tx, rx, rate) in readings.items():
             if (found := self._ports.get(key)) is not None:
                 port, node = found
-                port.load = LinkLoad()
-                port.load.add(tx, rx, rate or port.rate_gbps)
-                node.load += port.load
+                node.load.add(tx, rx, rate or port.rate_gbps)
 
 
 def cabled_node_ports() -> QuerySet[NetworkPort]:
