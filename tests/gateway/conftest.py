@@ -26,6 +26,7 @@ from apps.gateway.bookkeeping import bookkeeper
 from apps.gateway.models import NodeCredential
 from apps.inventory.models import Node
 from tests import factories
+from tests.conftest import shut_down_the_process
 from tests.gateway.storage import StoredTelemetry, storage  # noqa: F401  (a fixture)
 
 NOW = 1_760_000_000.0  # a fixed agent clock, well inside the protocol's timestamp range
@@ -76,6 +77,9 @@ async def server_url(
     server.should_exit = True
     await serving
     await bookkeeper().close()  # stops its ticking whatever it still counts open, and writes what is pending
+    # The parts that send through the layer from loops of their own (the change publisher) stop first:
+    # their loops close their connections, which this loop could not.
+    await asyncio.to_thread(shut_down_the_process)
     await redis_channel_layer.close_pools()  # this event loop's; the fixture empties the layer after
 
 
