@@ -23,6 +23,7 @@ from agents.executors.params import ParamsError, decode_params
 from agents.executors.reporter import Reporter, claim_stdout
 from agents.executors.results import ResultBuilder
 from agents.executors.runtime import CheckSkipped, CheckUnavailable, Interrupted, interruptible, prefer_pci_order
+from agents.executors.summary import summary_lines
 from agents.protocol import CheckResult
 
 EXIT_PASSED, EXIT_FAILED, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
@@ -46,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     reporter = Reporter(CHECKS[args.check].name, claim_stdout())
     result, code = run(args.check, args.params_file or args.params, reporter)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the check is over: a request to stop changes nothing now
+    for line in summary_lines(result):
+        reporter.log(line.level, line.message)
     reporter.result(result)
     return code
 

@@ -5,9 +5,18 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import BinaryIO, Final, Literal
+from typing import BinaryIO, Final
 
-from agents.protocol import CheckLog, CheckName, CheckProgress, CheckResult, Message, decode_check_line, encode
+from agents.protocol import (
+    CheckLog,
+    CheckName,
+    CheckProgress,
+    CheckResult,
+    LogLevel,
+    Message,
+    decode_check_line,
+    encode,
+)
 
 PROGRESS_INTERVAL_S: Final = 0.5  # at most two progress lines a second; a new step is always sent
 MESSAGE_MAX: Final = 500  # CheckProgress.message
@@ -53,7 +62,7 @@ class Reporter:
         )
         self._write(line)
 
-    def log(self, level: Literal["debug", "info", "warning", "error"], message: str) -> None:
+    def log(self, level: LogLevel, message: str) -> None:
         self._write(CheckLog(check=self.check, level=level, message=message[:LOG_MAX]))
 
     def result(self, result: CheckResult) -> None:

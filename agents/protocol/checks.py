@@ -27,6 +27,7 @@ CheckDevice = Literal["cuda", "cpu", "simulated"]
 MeasurementUnit = Literal["TFLOP/s", "GB/s", "count", "degC", "W", "MHz", "ratio", "s", "bytes"]
 # A figure passes when it is at least (a bandwidth) or at most (an error count) its expected value.
 Bound = Literal["at_least", "at_most"]
+LogLevel = Literal["debug", "info", "warning", "error"]
 Figure = Annotated[float, msgspec.Meta(ge=-1e15, le=1e15)]
 MeasurementName = Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_]*$")]
 LongText = Annotated[str, msgspec.Meta(max_length=2000)]
@@ -140,7 +141,7 @@ class CheckProgress(Message, tag="check_progress"):
 
 class CheckLog(Message, tag="check_log"):
     check: CheckName
-    level: Literal["debug", "info", "warning", "error"]
+    level: LogLevel
     message: LongText
 
 

@@ -3,7 +3,8 @@ invasive command at a time, cancels), with the check computed from the node's mo
 (``simulate_check``) instead of a process, so a thousand simulated nodes run a burn-in in one process.
 
 A check takes ``time_scale`` of the time a real one would (its ``nominal_duration_s``), so a demo's
-quick burn-in of minutes passes in seconds; it reports progress as it goes and stops on a cancel.
+quick burn-in of minutes passes in seconds; it reports progress as it goes, ends with the log lines a
+real check ends with (agents/executors/summary.py), and stops on a cancel.
 """
 
 import asyncio
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from typing import Final
 
 from agents.commands.runner import Line, ended
+from agents.executors.summary import summary_lines
 from agents.protocol import CheckProgress, CheckResult, Command, CommandResult
 from agents.simulator.checks import simulate_check
 from agents.simulator.collector import SimulatedCollector
@@ -56,4 +58,6 @@ class SimulatedRunner:
                 await asyncio.wait_for(stop.wait(), duration / STEPS)
             if stop.is_set():
                 return ended(command, "cancelled", began=began, clock=self.clock, detail="stopped on cancel")
+        for line in summary_lines(result):
+            relay(line)
         return ended(command, "exited", began=began, clock=self.clock, exit_code=exit_code(result), result=result)
