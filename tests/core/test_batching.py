@@ -3,7 +3,7 @@ for all of it; a failing batch is tried item by item; a caller that stops waitin
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 import pytest
 
@@ -16,10 +16,13 @@ class Gate:
     """A batch function that records each batch it gets and, while ``hold`` is clear, blocks in its
     thread: the test decides when a batch finishes, so what queues meanwhile is known."""
 
+    made: list["Gate"] = []  # every gate of the test, released when it ends (release_the_gates)
+
     def __init__(self, fail_on: str | None = None) -> None:
         self.batches: list[list[str]] = []
         self.hold = threading.Event()
         self.fail_on = fail_on
+        Gate.made.append(self)
 
     def __call__(self, items: Sequence[str]) -> list[str]:
         self.batches.append(list(items))
@@ -27,6 +30,16 @@ class Gate:
         if self.fail_on in items:
             raise ValueError(f"cannot take {self.fail_on}")
         return [item.upper() for item in items]
+
+
+@pytest.fixture(autouse=True)
+def release_the_gates() -> Iterator[None]:
+    """A test that fails while a batch is held leaves no thread blocked in it, nor a drain task waiting
+    on that thread, for the event loop's teardown to wait on."""
+    yield
+    for gate in Gate.made:
+        gate.hold.set()
+    Gate.made.clear()
 
 
 def in_thread(function: Callable[[Sequence[str]], list[str]]) -> Callable[[Sequence[str]], Awaitable[list[str]]]:
@@ -37,8 +50,9 @@ def in_thread(function: Callable[[Sequence[str]], list[str]]) -> Callable[[Seque
 
 
 async def started(gate: Gate, batches: int) -> None:
-    while len(gate.batches) < batches:
-        await asyncio.sleep(0.001)
+    async with asyncio.timeout(10):  # a batch that never starts fails the test rather than hanging it
+        while len(gate.batches) < batches:
+            await asyncio.sleep(0.001)
 
 
 async def test_it_runs_what_arrives_meanwhile_as_one_batch_in_order() -> None:
