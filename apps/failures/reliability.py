@@ -89,16 +89,11 @@ def too_little(gpu_years: float | None = None, hours: float | None = None) -> bo
     return (gpu_years is not None and gpu_years < MIN_GPU_YEARS) or (hours is not None and hours < MIN_HOURS)
 
 
-@dataclass
-class ModelReliability:
-    gpu_model: str
-    gpus: int = 0
-    gpu_hours: float = 0.0
-    failures: int = 0
+class OverGpuYears:
+    """A failure rate over the GPU-years it was seen in, of a class with ``failures`` and ``gpu_years``."""
 
-    @property
-    def gpu_years(self) -> float:
-        return self.gpu_hours / HOURS_PER_YEAR
+    failures: int
+    gpu_years: float
 
     @property
     def failures_per_gpu_year(self) -> float | None:
@@ -110,7 +105,19 @@ class ModelReliability:
 
 
 @dataclass
-class KindReliability:
+class ModelReliability(OverGpuYears):
+    gpu_model: str
+    gpus: int = 0
+    gpu_hours: float = 0.0
+    failures: int = 0
+
+    @property
+    def gpu_years(self) -> float:
+        return self.gpu_hours / HOURS_PER_YEAR
+
+
+@dataclass
+class KindReliability(OverGpuYears):
     kind: str
     failures: int
     gpu_years: float  # the whole fleet's
@@ -121,17 +128,9 @@ class KindReliability:
         return FailureKind(self.kind).label
 
     @property
-    def failures_per_gpu_year(self) -> float | None:
-        return per_gpu_year(self.failures, self.gpu_years)
-
-    @property
     def share(self) -> float:
         """This kind's part of all failures, 0 to 1."""
         return self.failures / self.total_failures if self.total_failures else 0.0
-
-    @property
-    def low_exposure(self) -> bool:
-        return too_little(gpu_years=self.gpu_years)
 
 
 @dataclass
@@ -169,7 +168,7 @@ class NodeReliability:
 
 
 @dataclass
-class Reliability:
+class Reliability(OverGpuYears):
     period: Period
     by_model: list[ModelReliability]
     by_kind: list[KindReliability]
@@ -187,14 +186,6 @@ class Reliability:
     @property
     def failures(self) -> int:
         return sum(node.failures for node in self.nodes)
-
-    @property
-    def failures_per_gpu_year(self) -> float | None:
-        return per_gpu_year(self.failures, self.gpu_years)
-
-    @property
-    def low_exposure(self) -> bool:
-        return too_little(gpu_years=self.gpu_years)
 
     @property
     def fleet_mtbf_hours(self) -> float | None:
