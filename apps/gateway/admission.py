@@ -99,10 +99,10 @@ def _last_per_node(arrivals: Sequence[Arrival]) -> list[Arrival]:
     """One Hello per node (a node whose agent reconnected within one batch): the latest, in node order.
 
     In node order because the upsert locks its rows in the order it lists them, and the other writers
-    of the same rows (the bookkeeper's ``UPDATE ... WHERE node_id IN``, bookkeeping.py, and the
-    disconnects) lock them as an index scan meets them, in node order: listed as the agents arrived,
-    the upsert deadlocked with them when a fleet reconnected, the batch was retried one Hello at a
-    time, the Welcomes at its back came after the agents' 10 s timeout, and those agents came back."""
+    of the same rows (the bookkeeper, bookkeeping.py, and the disconnects) lock them in node order
+    too: listed as the agents arrived, the upsert deadlocked with them when a fleet reconnected, the
+    batch was retried one Hello at a time, the Welcomes at its back came after the agents' 10 s
+    timeout, and those agents came back."""
     latest: dict[int, Arrival] = {}
     for arrival in arrivals:
         if arrival.node.pk not in latest or arrival.at >= latest[arrival.node.pk].at:

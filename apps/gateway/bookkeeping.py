@@ -17,6 +17,7 @@ from collections.abc import Set
 from datetime import datetime
 from typing import Final
 
+from django.db import transaction
 from django.utils import timezone
 
 from apps.core.process import DatabaseThread, ProcessPart
@@ -123,14 +124,20 @@ def _write(
 ) -> frozenset[int]:
     liveness.record_heard(heard, now)
     GatewayCounter.add(errors, now)
-    NodeAgent.objects.bulk_update(
-        [
-            NodeAgent(node_id=node_id, buffered_samples=held, dropped_samples=dropped, buffer_reported_at=now)
-            for node_id, (held, dropped) in buffers.items()
-        ],
-        ["buffered_samples", "dropped_samples", "buffer_reported_at"],
-        batch_size=500,
-    )
+    with transaction.atomic():
+        # Locked in node order first, as the Hellos' upsert of the same rows locks them (admission.py):
+        # an UPDATE locks rows as its scan meets them, in no order a concurrent upsert can rely on, and
+        # the two deadlocked when a fleet reconnected.
+        agents = NodeAgent.objects.select_for_update().filter(node_id__in=buffers).order_by("node_id")
+        list(agents.values_list("node_id", flat=True))
+        NodeAgent.objects.bulk_update(
+            [
+                NodeAgent(node_id=node_id, buffered_samples=held, dropped_samples=dropped, buffer_reported_at=now)
+                for node_id, (held, dropped) in buffers.items()
+            ],
+            ["buffered_samples", "dropped_samples", "buffer_reported_at"],
+            batch_size=500,
+        )
     return NodeCredential.objects.unusable_among(credential_ids)
 
 

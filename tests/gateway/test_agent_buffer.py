@@ -2,8 +2,12 @@
 holds for the control plane and those it lost from a full buffer, written only when they change."""
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from agents import protocol
+from apps.gateway import bookkeeping
 from apps.gateway.bookkeeping import Bookkeeper
 from apps.gateway.models import NodeAgent
 from tests.gateway.conftest import NOW, enrolled_node, eventually, in_db
@@ -51,3 +55,24 @@ def agent_node(db):
     node, _ = enrolled_node()
     NodeAgent.objects.get_or_create(node=node)
     return node
+
+
+async def test_a_bookkeepers_write_locks_the_agent_records_in_node_order_first(db):
+    """As the Hellos' upsert locks them (admission.py): in any other order the two deadlock."""
+    statements = await in_db(write_buffers_of_three_nodes)()
+    assert statements[0].startswith("SELECT")
+    assert statements[0].removesuffix(" FOR UPDATE").endswith("ORDER BY 1 ASC")  # by node_id, the one column
+    assert statements[1].startswith("UPDATE")
+    if connection.vendor == "postgresql":
+        assert "FOR UPDATE" in statements[0]
+
+
+def write_buffers_of_three_nodes() -> list[str]:
+    """The bookkeeper's statements on agent records, writing three nodes' buffers listed backwards."""
+    nodes = [enrolled_node()[0] for _ in range(3)]
+    for node in nodes:
+        NodeAgent.objects.get_or_create(node=node)
+    buffers = {node.pk: (1, 0) for node in reversed(nodes)}
+    with CaptureQueriesContext(connection) as captured:
+        bookkeeping._write(set(), {}, buffers, set(), timezone.now())
+    return [q["sql"] for q in captured.captured_queries if '"gateway_nodeagent"' in q["sql"]]
