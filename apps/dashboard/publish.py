@@ -38,7 +38,6 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from channels.layers import get_channel_layer
 from django.db import close_old_connections
 
 from apps.core.events import CommandChanged, FailureChanged, NodeChanged, RunChanged
@@ -168,11 +167,11 @@ class ChangePublisher(ProcessPart):
         return [(RUNS_GROUP, {"type": "run.update", "run": run_id, "summary": summary})]
 
     def _send(self, messages: list[tuple[str, Message]]) -> None:
-        layer = get_channel_layer()
-        if layer is None or not messages:
+        if not messages:
             return
         if self._own is None:
             self._own = LoopThread.start("change-publisher")
+        layer = self._own.layer  # the loop's own: connections of the process's layer belong to the server's loop
 
         by_group: dict[str, list[Message]] = {}
         for group, message in messages:

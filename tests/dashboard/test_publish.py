@@ -3,6 +3,7 @@ committed, once per change however many repeats one transaction holds, as the co
 the committing thread never waits for the sends; a channel layer that fails never fails the change."""
 
 import asyncio
+import dataclasses
 import logging
 import threading
 
@@ -12,6 +13,7 @@ from django.db import transaction
 
 from apps.dashboard import publish
 from apps.dashboard.live_streams import live_streams
+from apps.dashboard.loops import LoopThread
 from apps.failures.events import record_events
 from apps.failures.models import Failure
 from apps.gateway.sinks import announce_liveness
@@ -31,6 +33,16 @@ class BrokenLayer:
 @pytest.fixture
 def node(transactional_db):
     return factories.node(factories.cluster(), factories.node_type(nics=0))
+
+
+def publish_through(monkeypatch, layer: object) -> None:
+    """The publisher's loop sends through ``layer`` instead of its own Redis layer."""
+    start = LoopThread.start
+
+    def start_with_layer(name: str) -> LoopThread:
+        return dataclasses.replace(start(name), layer=layer)
+
+    monkeypatch.setattr(publish.LoopThread, "start", start_with_layer)
 
 
 async def sent() -> None:
@@ -126,7 +138,7 @@ async def test_an_acknowledgement_is_sent_to_the_node_and_the_failures_feed_and_
 
 
 async def test_a_failing_channel_layer_does_not_fail_the_change(monkeypatch, node, caplog):
-    monkeypatch.setattr(publish, "get_channel_layer", BrokenLayer)
+    publish_through(monkeypatch, BrokenLayer())
     failed = live_streams.changes.failed_sends
 
     with caplog.at_level(logging.WARNING, logger="apps.dashboard.publish"):
@@ -155,7 +167,7 @@ async def test_the_committing_thread_does_not_wait_for_the_sends(monkeypatch, no
     """At a fleet's connect the gateway's admission thread commits the liveness of hundreds of agents
     at once: its Welcomes must not wait on a read and two Redis round trips per node."""
     stalled = StalledLayer()
-    monkeypatch.setattr(publish, "get_channel_layer", lambda: stalled)
+    publish_through(monkeypatch, stalled)
 
     await sync_to_async(node.transition)("drained", actor="alice", reason="maintenance")  # returns: not stalled
     assert stalled.sent == []
