@@ -106,6 +106,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
 DATABASES["default"]["TEST"] = {"NAME": env_raw("TEST_DATABASE_NAME")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3" and not DATABASES["default"]["TEST"]["NAME"]:
+    # Tests on SQLite use a file, as the demo does, not Django's default in-memory database: that one is
+    # shared between threads through SQLite's shared cache, whose table locks fail a writer at once
+    # ("database table is locked") while another thread reads, which the product's threads (the change
+    # publisher, the gateway's database thread) do all the time. A file in WAL mode lets them read
+    # while one writes, with the busy timeout above. (pytest-xdist gives each worker its own file.)
+    DATABASES["default"]["TEST"]["NAME"] = str(VAR_DIR / "test.sqlite3")
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_USER_MODEL = "accounts.User"
