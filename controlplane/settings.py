@@ -112,6 +112,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3" and not DATABA
     # ("database table is locked") while another thread reads, which the product's threads (the change
     # publisher, the gateway's database thread) do all the time. A file in WAL mode lets them read
     # while one writes, with the busy timeout above. (pytest-xdist gives each worker its own file.)
+    VAR_DIR.mkdir(parents=True, exist_ok=True)  # a fresh clone has none before its first demo
     DATABASES["default"]["TEST"]["NAME"] = str(VAR_DIR / "test.sqlite3")
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
