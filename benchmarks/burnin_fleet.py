@@ -23,26 +23,17 @@ Redis is ``REDIS_URL`` (default database 10 of the local Redis), under key prefi
 import argparse
 import json
 import os
-import secrets
-import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/10")
-os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
-_prefix = f"bench-burnin-{secrets.token_hex(4)}"
-os.environ["CHANNEL_LAYER_PREFIX"] = _prefix
-os.environ["CELERY_KEY_PREFIX"] = _prefix
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.connected_fleet import add_fleet_arguments, connected_fleet, fleet_database, own_key_prefixes
+from benchmarks.telemetry_harness import machine_load
 
-from benchmarks.scratch_database import scratch_postgresql  # noqa: E402
-from benchmarks.telemetry_harness import Fleet, Server, machine_load, stop_gently, wait_until_connected  # noqa: E402
-from benchmarks.telemetry_harness import prepare_fleet as prepare_nodes  # noqa: E402
+_prefix = own_key_prefixes("burnin")
 
 # One scripted fault a faulty node, cycled: each fails one check of the quick suite (tests/burnin/test_fleet.py).
 FAULTS = ("straggler:gpu3", "x8:gpu1", "xid63@0:gpu2", "xid48@0:gpu5")
@@ -55,23 +46,12 @@ def fault_spec(hostnames: list[str], faulty: int) -> tuple[str, list[str]]:
     return " ".join(f"{host}:{FAULTS[i % len(FAULTS)]}" for i, host in enumerate(chosen)), chosen
 
 
-def start_processes(server: Server, work: Path) -> list[subprocess.Popen[bytes]]:
+def celery_commands(work: Path) -> list[list[str]]:
     """A Celery worker on the queues a burn-in uses, and beat for the sweeps, as production runs them."""
-    worker = [sys.executable, "-m", "celery", "-A", "controlplane", "worker", "-Q", "jobs,gateway,default"]
-    worker += ["-c", "2", "--without-mingle", "--without-gossip", "-n", f"{_prefix}@%h", "--loglevel", "warning"]
-    beat = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "controlplane",
-        "beat",
-        "-s",
-        str(work / "beat"),
-        "--loglevel",
-        "warning",
-    ]
-    return [subprocess.Popen(argv, cwd=REPO, env=server.env, stdin=subprocess.DEVNULL) for argv in (worker, beat)]
+    celery = [sys.executable, "-m", "celery", "-A", "controlplane"]
+    worker = [*celery, "worker", "-Q", "jobs,gateway,default", "-c", "2", "--without-mingle", "--without-gossip"]
+    worker += ["-n", f"{_prefix}@%h", "--loglevel", "warning"]
+    return [worker, [*celery, "beat", "-s", str(work / "beat"), "--loglevel", "warning"]]
 
 
 def wait_until_judged(burn_in_id: int, nodes: int, started: float, timeout_s: float) -> float | None:
@@ -123,36 +103,22 @@ def verdicts(burn_in_id: int, faulty: list[str], cluster_nodes: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", type=int, default=1000, help="simulated nodes (default 1000)")
+    add_fleet_arguments(parser, interval=5.0, scratch_database="bench_burnin")
     parser.add_argument("--faulty", type=int, default=20, help="nodes scripted to fail a check (default 20)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds to wait for the verdicts (default 900)")
-    parser.add_argument("--fleet-processes", type=int, default=2, help="simulator processes (default 2)")
-    parser.add_argument("--interval", type=float, default=5.0, help="the agents' telemetry interval, s (default 5)")
-    parser.add_argument("--scratch-database", default="bench_burnin", help="default bench_burnin")
     args = parser.parse_args()
 
     load_at_start = machine_load()
-    with tempfile.TemporaryDirectory() as work, scratch_postgresql(args.scratch_database):
-        from asgiref.sync import async_to_sync
+    with fleet_database(args) as database:
         from django.utils import timezone
 
         from apps.burnin.models import Suite
         from apps.burnin.starting import start_burn_in
-        from apps.core.process import process
         from apps.inventory.models import Cluster, Node
 
-        credentials, _ = prepare_nodes(args.nodes)
-        node_ids = [node_id for _, node_id, _ in credentials]
-        spec, faulty = fault_spec([hostname for hostname, _, _ in credentials], args.faulty)
-        server = Server(1)
-        server.env.pop("CELERY_TASK_ALWAYS_EAGER", None)
-        server.start()
-        helpers = start_processes(server, Path(work))
-        fleet = Fleet(server.url, credentials, args.interval, args.fleet_processes, Path(work), 3600, spec)
-        try:
-            connect_s = wait_until_connected(node_ids, timeout_s=max(60.0, args.nodes / 10))
-            print(f"{args.nodes} agents connected in {connect_s:.1f} s (load {machine_load()})", flush=True)
-            nodes = list(Node.objects.filter(pk__in=node_ids).order_by("pk"))
+        spec, faulty = fault_spec(database.hostnames, args.faulty)
+        with connected_fleet(database, args, faults=spec, companions=celery_commands(database.work)):
+            nodes = list(Node.objects.filter(pk__in=database.node_ids).order_by("pk"))
             cluster = Cluster.objects.get(name="bench")
             started = time.monotonic()
             burn_in = start_burn_in(
@@ -166,14 +132,6 @@ def main() -> None:
             print(f"burn-in {burn_in.pk} started: {args.nodes} nodes x {steps} steps, {len(faulty)} scripted to fail")
             wall_s = wait_until_judged(burn_in.pk, args.nodes, started, args.timeout)
             result = verdicts(burn_in.pk, faulty, Node.objects.filter(cluster=cluster).count())
-        finally:
-            stop_gently(fleet)
-            for helper in helpers:
-                helper.terminate()
-            for helper in helpers:
-                helper.wait(timeout=60)
-            server.stop()
-            async_to_sync(process.shutdown)()
     met = (
         wall_s is not None
         and result["judged"] == args.nodes

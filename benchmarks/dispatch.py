@@ -32,10 +32,8 @@ import argparse
 import asyncio
 import json
 import os
-import secrets
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -43,23 +41,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from unittest import mock
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/10")
-os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
-_prefix = f"bench-dispatch-{secrets.token_hex(4)}"
-os.environ["CHANNEL_LAYER_PREFIX"] = _prefix
-os.environ["CELERY_KEY_PREFIX"] = _prefix
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.connected_fleet import add_fleet_arguments, connected_fleet, fleet_database, own_key_prefixes
+from benchmarks.telemetry_harness import Fleet, machine_load
 
-from benchmarks.scratch_database import scratch_postgresql  # noqa: E402
-from benchmarks.telemetry_harness import (  # noqa: E402
-    Fleet,
-    Server,
-    machine_load,
-    prepare_fleet,
-    stop_gently,
-    wait_until_connected,
-)
+own_key_prefixes("dispatch")
 
 ACKED = ("running", "succeeded", "failed", "cancelled")
 POLL_S = 0.02
@@ -171,65 +157,44 @@ def agent_started_ms(run_id: int, started: float) -> float | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", type=int, default=1000, help="simulated agents (default 1000)")
+    add_fleet_arguments(parser, interval=1.0, scratch_database="bench_dispatch")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of raw + dispatch (default 3)")
-    parser.add_argument("--interval", type=float, default=1.0, help="the agents' telemetry interval, s (default 1)")
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (default 1)")
-    parser.add_argument("--fleet-processes", type=int, default=2, help="simulator processes (default 2)")
     parser.add_argument("--ack-timeout", type=float, default=60, help="seconds a round waits for acks (default 60)")
-    parser.add_argument("--scratch-database", default="bench_dispatch", help="default bench_dispatch")
     args = parser.parse_args()
 
     load_at_start = machine_load()
-    with tempfile.TemporaryDirectory() as work, scratch_postgresql(args.scratch_database):
-        from asgiref.sync import async_to_sync
-
-        from apps.core.process import process
+    with fleet_database(args) as database, connected_fleet(database, args, workers=args.workers) as fleet:
         from apps.inventory.models import Node
         from controlplane.celery import app as celery_app
 
-        credentials, _ = prepare_fleet(args.nodes)
-        node_ids = [node_id for _, node_id, _ in credentials]
-        server = Server(args.workers)
-        server.env.pop("CELERY_TASK_ALWAYS_EAGER", None)
-        server.start()
-        fleet = Fleet(server.url, credentials, args.interval, args.fleet_processes, Path(work), 3600)
-        try:
-            connect_s = wait_until_connected(node_ids, timeout_s=max(60.0, args.nodes / 10))
-            print(f"{args.nodes} agents connected in {connect_s:.1f} s (load {machine_load()})", flush=True)
-            celery_app.conf.task_always_eager = True  # the start task runs here, once the launch commits
-            nodes = list(Node.objects.filter(pk__in=node_ids).order_by("pk"))
-            rounds = []
-            for number in range(1, args.rounds + 1):
-                lost_before = connections_lost(fleet)
-                raw_ms, raw_acked = raw_round(nodes, args.ack_timeout)
-                dispatch_ms, acked, resent, last_start_ms = dispatch_round(nodes, args.ack_timeout)
-                lost = connections_lost(fleet) - lost_before
-                rounds.append(
-                    {
-                        "raw_ms": raw_ms,
-                        "raw_acked": raw_acked,
-                        "all_acked_ms": dispatch_ms,
-                        "acked": acked,
-                        "resent": resent,
-                        "last_agent_start_ms": last_start_ms,
-                        "agent_connections_lost": dict(lost),
-                        "load": machine_load(),
-                    }
-                )
-                print(
-                    f"round {number}: dispatch {fmt(dispatch_ms)} ms ({acked}/{args.nodes} acked, {resent} resent, "
-                    f"the last agent started at {fmt(last_start_ms)} ms), "
-                    f"raw group_send {fmt(raw_ms)} ms ({raw_acked} acked); "
-                    f"agent connections lost: {dict(lost) or 'none'} (load {machine_load()})",
-                    flush=True,
-                )
-        finally:
-            stop_gently(fleet)
-            server.stop()
-            # What ran here (the start and sweep tasks, eagerly) woke this process's parts, the
-            # change publisher's database thread among them: let go of their connections before the drop.
-            async_to_sync(process.shutdown)()
+        celery_app.conf.task_always_eager = True  # the start task runs here, once the launch commits
+        nodes = list(Node.objects.filter(pk__in=database.node_ids).order_by("pk"))
+        rounds = []
+        for number in range(1, args.rounds + 1):
+            lost_before = connections_lost(fleet)
+            raw_ms, raw_acked = raw_round(nodes, args.ack_timeout)
+            dispatch_ms, acked, resent, last_start_ms = dispatch_round(nodes, args.ack_timeout)
+            lost = connections_lost(fleet) - lost_before
+            rounds.append(
+                {
+                    "raw_ms": raw_ms,
+                    "raw_acked": raw_acked,
+                    "all_acked_ms": dispatch_ms,
+                    "acked": acked,
+                    "resent": resent,
+                    "last_agent_start_ms": last_start_ms,
+                    "agent_connections_lost": dict(lost),
+                    "load": machine_load(),
+                }
+            )
+            print(
+                f"round {number}: dispatch {fmt(dispatch_ms)} ms ({acked}/{args.nodes} acked, {resent} resent, "
+                f"the last agent started at {fmt(last_start_ms)} ms), "
+                f"raw group_send {fmt(raw_ms)} ms ({raw_acked} acked); "
+                f"agent connections lost: {dict(lost) or 'none'} (load {machine_load()})",
+                flush=True,
+            )
     print(json.dumps(report(args.nodes, rounds, load_at_start)))
 
 
