@@ -71,7 +71,7 @@ def wait_until_judged(burn_in_id: int, nodes: int, started: float, timeout_s: fl
     return None
 
 
-def verdicts(burn_in_id: int, faulty: list[str], cluster_nodes: int) -> dict:
+def verdicts(burn_in_id: int, faulty: list[str]) -> dict:
     from apps.burnin.choices import NodeState, Outcome
     from apps.burnin.models import BurnIn, BurnInNode, QuarantineBreaker
 
@@ -80,7 +80,7 @@ def verdicts(burn_in_id: int, faulty: list[str], cluster_nodes: int) -> dict:
     failed = {row.node.hostname for row in rows if row.state == NodeState.FAILED}
     outcomes = Counter(row.outcome for row in rows)
     breaker = QuarantineBreaker.objects.get(cluster=burn_in.cluster)
-    allowed = cluster_nodes * breaker.effective_percent // 100
+    allowed = breaker.allowed()  # the product's own count: its share of the cluster, at least one
     quarantined, withheld = outcomes[Outcome.QUARANTINED], outcomes[Outcome.WITHHELD]
     if len(faulty) <= allowed:
         breaker_ok = not breaker.is_open and quarantined == len(faulty) and withheld == 0
@@ -131,7 +131,7 @@ def main() -> None:
             steps = len(burn_in.suite.run_steps())
             print(f"burn-in {burn_in.pk} started: {args.nodes} nodes x {steps} steps, {len(faulty)} scripted to fail")
             wall_s = wait_until_judged(burn_in.pk, args.nodes, started, args.timeout)
-            result = verdicts(burn_in.pk, faulty, Node.objects.filter(cluster=cluster).count())
+            result = verdicts(burn_in.pk, faulty)
     met = (
         wall_s is not None
         and result["judged"] == args.nodes
