@@ -7,12 +7,10 @@ key unless one is given. The one-command demo (``make demo``) supplies its own d
 from datetime import timedelta
 from pathlib import Path
 
-import dj_database_url
-from celery.schedules import crontab
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
-from kombu import Queue
 
+from controlplane import settings_api, settings_celery, settings_database
 from controlplane.env import env_bool, env_int, env_list, env_raw, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -88,32 +86,10 @@ TEMPLATES = [
     },
 ]
 
-# SQLite is the embedded default for the one-command demo; PostgreSQL in production and CI.
+# SQLite is the embedded default for the one-command demo; PostgreSQL in production and CI
+# (controlplane/settings_database.py: the connection's age, SQLite's WAL mode, the test database).
 DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'controlplane.sqlite3'}")
-try:
-    DATABASES = {
-        "default": dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0))
-    }
-except ValueError as exc:
-    raise ImproperlyConfigured(f"DATABASE_URL is not a database URL: {exc}") from exc
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # Several processes (server, worker, beat) share one SQLite file: WAL and a busy timeout keep
-    # writers from failing with "database is locked".
-    DATABASES["default"]["CONN_MAX_AGE"] = 0
-    DATABASES["default"]["OPTIONS"] = {
-        "timeout": 20,
-        "transaction_mode": "IMMEDIATE",
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-    }
-DATABASES["default"]["TEST"] = {"NAME": env_raw("TEST_DATABASE_NAME")}
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3" and not DATABASES["default"]["TEST"]["NAME"]:
-    # Tests on SQLite use a file, as the demo does, not Django's default in-memory database: that one is
-    # shared between threads through SQLite's shared cache, whose table locks fail a writer at once
-    # ("database table is locked") while another thread reads, which the product's threads (the change
-    # publisher, the gateway's database thread) do all the time. A file in WAL mode lets them read
-    # while one writes, with the busy timeout above. (pytest-xdist gives each worker its own file.)
-    VAR_DIR.mkdir(parents=True, exist_ok=True)  # a fresh clone has none before its first demo
-    DATABASES["default"]["TEST"]["NAME"] = str(VAR_DIR / "test.sqlite3")
+DATABASES = settings_database.databases(DATABASE_URL, VAR_DIR)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_USER_MODEL = "accounts.User"
@@ -197,36 +173,14 @@ QUARANTINE_BREAKER_WINDOW_S = env_int("QUARANTINE_BREAKER_WINDOW_S", 86400, mini
 BURNIN_ON_ENROLLMENT = env_str("BURNIN_ON_ENROLLMENT", "")
 BURNIN_SWEEP_S = env_int("BURNIN_SWEEP_S", 30, minimum=5)
 
+# Celery: the broker on Redis, a queue for each app's tasks, beat's schedule (controlplane/settings_celery.py).
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
-CELERY_BROKER_TRANSPORT_OPTIONS = {
-    # Every Redis key and channel of the broker starts with this, so that installations can share one
-    # Redis database (the demo derives one from its var directory).
-    "global_keyprefix": env_str("CELERY_KEY_PREFIX", ""),
-    # How long a message taken by a worker and not yet acknowledged stays with it. acks_late tasks
-    # (apps/jobs) are acknowledged only when done, so a worker killed with -9 leaves its message
-    # unacknowledged, and Redis hands it to a worker again after this. It must exceed the longest
-    # task's hard time limit (60 s), or a task still running would be delivered to a second worker too.
-    # Those tasks are idempotent, and the jobs sweep redoes their work sooner; this is the backstop.
-    "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT_S", 300, minimum=120),
-}
+CELERY_BROKER_TRANSPORT_OPTIONS = settings_celery.broker_transport_options()
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_DEFAULT_QUEUE = "default"
-# Every queue a task may name. A worker started without -Q consumes all of them; a queue missing here
-# would hold its messages with no worker to read them (tests/test_settings.py checks every task's queue).
-# default: orchestration; maintenance: purges, retention; telemetry: rollups, straggler flags.
-# gateway: the liveness sweep, on its own so that a backlog of slow work never delays it.
-# jobs: runs and commands (starting runs, sending commands, their deadlines, judging).
-CELERY_TASK_QUEUES = [Queue("default"), Queue("maintenance"), Queue("telemetry"), Queue("gateway"), Queue("jobs")]
-# Each app's tasks go to one queue, so a backlog of rollups never delays an audit purge or a burn-in.
-CELERY_TASK_ROUTES = {
-    "apps.accounts.tasks.*": {"queue": "maintenance"},
-    "apps.failures.tasks.*": {"queue": "telemetry"},
-    "apps.telemetry.tasks.*": {"queue": "telemetry"},
-    "apps.gateway.tasks.*": {"queue": "gateway"},
-    "apps.jobs.tasks.*": {"queue": "jobs"},
-    "apps.burnin.tasks.*": {"queue": "jobs"},
-}
+CELERY_TASK_QUEUES = settings_celery.TASK_QUEUES
+CELERY_TASK_ROUTES = settings_celery.TASK_ROUTES
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Each worker process reserves one message at a time: with acks_late, a message reserved by a busy
@@ -235,110 +189,14 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SOFT_TIME_LIMIT = 300
 CELERY_TASK_TIME_LIMIT = 360
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
-# Installed into the database scheduler on beat's start; times are UTC (CELERY_TIMEZONE).
-CELERY_BEAT_SCHEDULE = {
-    "gateway-sweep-liveness": {
-        "task": "apps.gateway.tasks.sweep_liveness",
-        "schedule": AGENT_LIVENESS_SWEEP_S,
-        "options": {"expires": AGENT_LIVENESS_SWEEP_S},
-    },
-    "jobs-sweep": {
-        "task": "apps.jobs.tasks.sweep",
-        "schedule": JOBS_SWEEP_S,
-        "options": {"expires": JOBS_SWEEP_S},
-    },
-    "burnin-sweep": {
-        "task": "apps.burnin.tasks.sweep",
-        "schedule": BURNIN_SWEEP_S,
-        "options": {"expires": BURNIN_SWEEP_S},
-    },
-    "purge-audit-log": {"task": "apps.accounts.tasks.purge_audit_log", "schedule": crontab(hour=3, minute=17)},
-    "accounts-forget-stale-throttles": {
-        "task": "apps.accounts.tasks.forget_stale_throttles",
-        "schedule": 3600.0,
-        "options": {"expires": 3600},
-    },
-    "failures-flag-stragglers": {
-        "task": "apps.failures.tasks.flag_stragglers",
-        "schedule": 30.0,
-        "options": {"expires": 30},
-    },
-    "telemetry-rollup-minutes": {
-        "task": "apps.telemetry.tasks.roll_up_minutes",
-        "schedule": 60.0,
-    },
-    "telemetry-rollup-hours": {
-        "task": "apps.telemetry.tasks.roll_up_hours",
-        "schedule": 300.0,
-    },
-    "telemetry-retention": {
-        "task": "apps.telemetry.tasks.apply_retention",
-        "schedule": 600.0,
-    },
-    "telemetry-partitions": {
-        "task": "apps.telemetry.tasks.create_partitions",
-        "schedule": 3600.0,
-    },
-}
+CELERY_BEAT_SCHEDULE = settings_celery.beat_schedule(
+    liveness_sweep_s=AGENT_LIVENESS_SWEEP_S, jobs_sweep_s=JOBS_SWEEP_S, burnin_sweep_s=BURNIN_SWEEP_S
+)
 CELERY_TIMEZONE = TIME_ZONE
 
-REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": [
-        "apps.accounts.authentication.ApiTokenAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
-    ],
-    "DEFAULT_PERMISSION_CLASSES": ["apps.accounts.permissions.RolePermission"],
-    "DEFAULT_FILTER_BACKENDS": [
-        "apps.core.api.filters.FilterBackend",
-        "rest_framework.filters.OrderingFilter",
-    ],
-    "DEFAULT_PAGINATION_CLASS": "apps.core.api.pagination.LimitOffsetPagination",
-    "PAGE_SIZE": 100,
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "apps.core.api.exceptions.exception_handler",
-    "DEFAULT_RENDERER_CLASSES": [
-        "rest_framework.renderers.JSONRenderer",
-        "rest_framework.renderers.BrowsableAPIRenderer",
-    ],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
-    "TEST_REQUEST_DEFAULT_FORMAT": "json",
-    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
-}
-
-SPECTACULAR_SETTINGS = {
-    "TITLE": "GPU Control Plane API",
-    # Over 150 operations: the docs open with their tags folded (rendering every operation at once
-    # takes seconds on a busy machine), a filter box, and links that open one operation.
-    "SWAGGER_UI_SETTINGS": {"docExpansion": "none", "filter": True, "deepLinking": True},
-    "DESCRIPTION": (
-        "Inventory, lifecycle, price book and audit log of GPU clusters. Authenticate with an API "
-        "token: `Authorization: Bearer <token>`."
-    ),
-    "VERSION": "1",
-    "SERVE_INCLUDE_SCHEMA": False,
-    "SWAGGER_UI_DIST": "SIDECAR",
-    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
-    "REDOC_DIST": "SIDECAR",
-    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
-    "COMPONENT_SPLIT_REQUEST": True,
-    "SCHEMA_PATH_PREFIX": "/api/v1",
-    "ENUM_NAME_OVERRIDES": {
-        "LifecycleEnum": "apps.inventory.choices.Lifecycle",
-        "PortKindEnum": "apps.inventory.choices.PortKind",
-        "FabricKindEnum": "apps.inventory.choices.FabricKind",
-        "FailureKindEnum": "apps.failures.choices.FailureKind",
-        "LinkStateEnum": "apps.inventory.choices.LinkState",
-        "RoleEnum": "apps.accounts.roles.Role",
-        "EnrollmentTokenStateEnum": "apps.gateway.choices.EnrollmentTokenState",
-        "GatewayErrorCodeEnum": "apps.gateway.choices.CounterCode",
-        "RunStateEnum": "apps.jobs.choices.RunState",
-        "CommandStateEnum": "apps.jobs.choices.CommandState",
-        "CommandOutcomeEnum": "apps.jobs.choices.CommandOutcome",
-        "CheckEnum": "apps.jobs.choices.CHECK_CHOICES",
-        "BurnInNodeStateEnum": "apps.burnin.choices.NodeState",
-        "BurnInOutcomeEnum": "apps.burnin.choices.Outcome",
-    },
-}
+# The REST API and its OpenAPI schema (controlplane/settings_api.py).
+REST_FRAMEWORK = settings_api.REST_FRAMEWORK
+SPECTACULAR_SETTINGS = settings_api.SPECTACULAR_SETTINGS
 
 # Production hardening; all on by default, each can be turned off behind a TLS-terminating proxy
 # that already does it.
