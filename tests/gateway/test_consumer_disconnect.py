@@ -36,7 +36,7 @@ def test_a_reply_to_an_agent_that_went_away_is_dropped_quietly(caplog, gone):
         raise gone
 
     consumer.send = disconnected
-    with caplog.at_level(logging.DEBUG, logger="apps.gateway.consumers"):
+    with caplog.at_level(logging.DEBUG, logger="apps.gateway.connection"):
         asyncio.run(consumer._send(protocol.Ack(stream="telemetry", seq=7)))
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert "disconnected before its Ack" in caplog.text
@@ -52,7 +52,7 @@ def test_closing_a_socket_whose_agent_went_away_is_quiet(caplog, gone):
         raise gone
 
     consumer.close = disconnected
-    with caplog.at_level(logging.DEBUG, logger="apps.gateway.consumers"):
+    with caplog.at_level(logging.DEBUG, logger="apps.gateway.connection"):
         asyncio.run(consumer._close(protocol.CloseCode.SUPERSEDED, "A newer connection of this node took over."))
     assert consumer.closing
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]

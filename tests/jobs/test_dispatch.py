@@ -3,9 +3,11 @@ one invasive command per node, waiting for an offline node, sent again until ans
 deadline with the reason, and runs judged once every command is over."""
 
 from datetime import timedelta
+from unittest import mock
 
 import pytest
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
@@ -108,6 +110,40 @@ def test_the_database_refuses_a_second_invasive_command_in_an_agents_hands(make_
 
     with pytest.raises(IntegrityError), transaction.atomic():
         Command.objects.filter(pk=waiting.pk).update(state=CommandState.SENT)
+
+
+def test_a_runs_start_claims_its_commands_in_the_same_queries_for_two_nodes_as_for_twenty(
+    make_nodes, dispatched, django_assert_num_queries
+):
+    def written_on(nodes: list[Node]) -> Run:
+        with mock.patch("apps.jobs.queue.start_run"):  # written, not started: started below
+            run = launch(nodes, [Step("health")])
+        Run.objects.filter(pk=run.pk).update(state=RunState.RUNNING)
+        return run
+
+    two, twenty = written_on(make_nodes(2)), written_on(make_nodes(20))
+    with CaptureQueriesContext(connection) as for_two:
+        dispatch.advance_nodes(two.commands.values_list("node_id", flat=True), timezone.now())
+    with django_assert_num_queries(len(for_two)):
+        dispatch.advance_nodes(twenty.commands.values_list("node_id", flat=True), timezone.now())
+
+    assert len(dispatched.take()) == 22
+    assert {(c.state, c.attempts) for c in Command.objects.all()} == {(CommandState.SENT, 1)}
+
+
+def test_a_batch_of_sends_the_database_refuses_for_one_node_still_sends_the_others(make_nodes, dispatched):
+    """Another worker gave one of the nodes an invasive command between this one's read and its claim."""
+    busy, free = make_nodes(2)
+    launch([busy], [Step("compute")])  # the other worker's, in the busy node's agent's hands
+    with mock.patch("apps.jobs.queue.start_run"):
+        run = launch([busy, free], [Step("storage")])
+    Run.objects.filter(pk=run.pk).update(state=RunState.RUNNING)
+    dispatched.take()
+
+    sent = dispatch._claim_sends([command(run, busy).pk, command(run, free).pk], timezone.now())
+
+    assert [c.node_id for c in sent] == [free.pk]
+    assert (command(run, busy).state, command(run, free).state) == (CommandState.PENDING, CommandState.SENT)
 
 
 def test_an_offline_nodes_commands_wait_and_go_out_when_its_agent_returns(make_nodes, dispatched):
