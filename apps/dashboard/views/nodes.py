@@ -54,7 +54,7 @@ RESOLVED_SHOWN = 20
 TRANSITIONS_SHOWN = 50
 PORT_SAMPLE_MAX_AGE = timedelta(minutes=15)  # an older port sample is not "the port's state now"
 WINDOW_LABELS = {"15m": "15 min", "24h": "24 h", "30d": "30 days"}
-CHARTS = (  # (metric of the chart API, title); node.js knows how to show each
+CHARTS = (  # (metric of the chart API, title); node-charts.js knows how to show each
     ("util_gpu", "GPU utilization"),
     ("power_w", "Power"),
     ("temp_c", "Temperature"),
@@ -278,7 +278,7 @@ class NodePage(DashboardPage):
         if self.node is None:
             context = super().get_context_data(missing_id=kwargs["pk"])
             return TemplateResponse(request, "dashboard/node_missing.html", context, status=404)
-        if request.GET.get("partial") == "lifecycle":  # node.js, after the node changed state
+        if request.GET.get("partial") == "lifecycle":  # node-state.js, after the node changed state
             return TemplateResponse(request, "dashboard/_node_lifecycle.html", self.lifecycle_context())
         return super().get(request, *args, **kwargs)
 
