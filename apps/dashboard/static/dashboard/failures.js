@@ -15,9 +15,13 @@ const REFRESH_DELAY_MS = 300; // a burst of changes (an XID storm on many nodes)
 const feed = document.getElementById("failure-feed");
 const filters = document.getElementById("failure-filters");
 let timer = null;
-let inFlight = null;
-let again = false;
-let loadedMore = 0; // bumped by each "load more": a re-read started before it is stale when it lands
+// Every read of the list, a re-read or "load more", waits for the one before it: a re-read that
+// replaced the list under a page on its way would have that page appended after the wrong rows (one
+// left out, or one twice), and a page appended under a re-read would be thrown away with the list.
+let reads = Promise.resolve();
+let queuedReads = 0; // waiting or under way (aria-busy while any; tests wait on the count)
+let refreshQueued = false; // a re-read waiting (not yet started) reads the list as it will be: one is enough
+let loadingMore = false;
 
 function rows(root = feed) {
   return [...root.querySelectorAll("#failure-list > li[data-failure]")];
@@ -46,36 +50,58 @@ async function refresh() {
   const known = new Set(rows().map((row) => row.dataset.failure));
   const open = new Set([...feed.querySelectorAll("details[open]")].map((d) => d.dataset.sideEffects));
   const limit = Math.min(Math.max(rows().length, PAGE_SIZE), MAX_LIMIT);
-  const started = loadedMore;
   const fresh = await fetchList({ limit, offset: 0 });
-  if (loadedMore !== started) { // it would drop the rows just loaded: read again, as long as the list is now
-    again = true;
-    return;
-  }
   for (const details of fresh.querySelectorAll("details[data-side-effects]")) details.open = open.has(details.dataset.sideEffects);
   for (const row of rows(fresh)) if (known.size && !known.has(row.dataset.failure)) row.classList.add("arrived");
   feed.replaceChildren(...fresh.childNodes);
   feed.dataset.reads = Number(feed.dataset.reads ?? 0) + 1; // how many times the list was read again (tests wait on it)
 }
 
+function queueRead(read) {
+  const counted = (change) => {
+    queuedReads += change;
+    feed.dataset.queuedReads = queuedReads;
+    feed.setAttribute("aria-busy", String(queuedReads > 0));
+  };
+  counted(1);
+  const done = reads.then(read).finally(() => counted(-1));
+  reads = done.catch(() => {}); // a failed read does not stop the next
+  return done;
+}
+
 function refreshSoon() {
   clearTimeout(timer);
-  timer = setTimeout(async () => {
-    if (inFlight) { again = true; return; }
-    inFlight = refresh().catch((error) => console.warn("Failures list:", error.message));
-    await inFlight;
-    inFlight = null;
-    if (again) { again = false; refreshSoon(); }
+  timer = setTimeout(() => {
+    if (refreshQueued) return;
+    refreshQueued = true;
+    queueRead(() => {
+      refreshQueued = false; // a change from now on may be missed by this read: it queues another
+      return refresh();
+    }).catch((error) => console.warn("Failures list:", error.message));
   }, REFRESH_DELAY_MS);
 }
 
-async function loadMore(link) {
-  link.setAttribute("aria-disabled", "true");
-  const more = await fetchList({ offset: rows().length, limit: PAGE_SIZE });
-  document.getElementById("failure-list").append(...rows(more));
-  loadedMore += 1;
-  const next = more.querySelector("#load-more");
-  link.closest(".load-more-row").replaceWith(...(next ? [next.closest(".load-more-row")] : []));
+/** The next page after the rows shown when its turn comes (a re-read before it may have changed them),
+ *  without a row already shown: a failure that arrived since pushes the rows down a place (the re-read
+ *  its live change queued puts the list right after). A click while a page loads is that page's. */
+async function loadMore() {
+  if (loadingMore) return;
+  loadingMore = true;
+  document.getElementById("load-more")?.setAttribute("aria-disabled", "true");
+  try {
+    await queueRead(async () => {
+      const list = document.getElementById("failure-list");
+      if (!list) return; // the list emptied meanwhile
+      const more = await fetchList({ offset: rows().length, limit: PAGE_SIZE });
+      const shown = new Set(rows().map((row) => row.dataset.failure));
+      list.append(...rows(more).filter((row) => !shown.has(row.dataset.failure)));
+      const next = more.querySelector("#load-more");
+      feed.querySelector(".load-more-row")?.replaceWith(...(next ? [next.closest(".load-more-row")] : []));
+    });
+  } finally {
+    loadingMore = false;
+    document.getElementById("load-more")?.removeAttribute("aria-disabled");
+  }
 }
 
 // Operators' actions ------------------------------------------------------------------------------
@@ -108,10 +134,9 @@ async function moveNode(button, failureId) {
 }
 
 feed.addEventListener("click", (event) => {
-  const link = event.target.closest("#load-more");
-  if (link) {
+  if (event.target.closest("#load-more")) {
     event.preventDefault();
-    loadMore(link).catch((error) => toast(`Could not load more failures: ${error.message}`));
+    loadMore().catch((error) => toast(`Could not load more failures: ${error.message}`));
     return;
   }
   const move = event.target.closest("button[data-node-action]");
