@@ -2,6 +2,7 @@
 limit, bounded output, and a cancel that kills the whole group and still reports what it had."""
 
 import asyncio
+import signal
 
 import pytest
 
@@ -58,10 +59,17 @@ async def test_a_cancel_kills_the_group_and_the_result_says_what_the_check_had(r
 
 async def test_a_check_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path):
     stubborn = tmp_path / "stubborn.py"
-    stubborn.write_text("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(60)\n")
+    stubborn.write_text("import time\ntime.sleep(60)\n")
     runner = SubprocessRunner(("python3", str(stubborn)), grace_s=0.5)
 
-    result, _, pids = await run(runner, command(time_limit_s=1))
+    # The check ignores SIGTERM from its first instruction: an ignored signal stays ignored across fork
+    # and exec. Ignoring it in the script itself raced the time limit on a loaded machine (python had
+    # not reached the line when SIGTERM came, and it ended on SIGTERM).
+    inherited = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        result, _, pids = await run(runner, command(time_limit_s=1))
+    finally:
+        signal.signal(signal.SIGTERM, inherited)
 
     assert result.outcome == "timed_out"
     assert result.detail.endswith("it ended on SIGKILL")
