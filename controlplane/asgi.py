@@ -11,9 +11,10 @@ itself, which a browser cannot set on a WebSocket.
 
 import os
 
-from django.core.asgi import get_asgi_application
-
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+
+from controlplane.http import get_asgi_application  # noqa: E402  (Django's, one thread per request)
+
 django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs Django set up first)

@@ -58,7 +58,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "controlplane.csp.ContentSecurityPolicyMiddleware",
-    "servestatic.middleware.ServeStaticMiddleware",
+    "controlplane.http.StaticFiles",  # servestatic's files, on the request's thread (controlplane/http.py)
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
