@@ -106,7 +106,10 @@ def fill_port_samples(node_ids: list[int]) -> None:
         )
         rows = cursor.rowcount
     with connection.cursor() as cursor:
-        cursor.execute("VACUUM ANALYZE telemetry_latestportsample")
+        # The whole database, as autovacuum would have it soon after an import: without statistics
+        # on the inventory just filled, the planner takes 8,000 ports for 2,000 and joins them to
+        # their samples by nested loops (220 ms instead of 20).
+        cursor.execute("VACUUM ANALYZE")
     print(f"filled telemetry_latestportsample: {rows:,} rows in {time.perf_counter() - started:.0f} s", flush=True)
 
 

@@ -5,7 +5,10 @@ fleet's size.
 Link state comes from the inventory (``link_state`` of node and switch ports, kept current by the
 agents' port events): **up** is active, **down** is down, initializing or polling (no traffic
 passes), **unknown** is what an inventory without state says. Load comes from telemetry: the caller
-adds each node port's newest reading (apps/telemetry/links.py) with ``Topology.add_readings``.
+hands over a ``LoadJoin`` (apps/telemetry/links.py), each port's newest reading joined to it, and
+the query that reads the nodes sums them too. Nodes are read per switch already counted and summed
+in the database, so the page reads one row per node under each switch, not one per port and one per
+reading: 1,000 rows at 1,000 nodes instead of 16,000.
 
 Utilization of a link is its busier direction's share of its rate: max(tx, rx) / rate, since a
 full-duplex link saturates one direction at a time. For a node or a switch it is the same over all
@@ -21,17 +24,16 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from functools import cached_property
-from typing import TypedDict
+from typing import Any, TypedDict
 
-from django.db.models import Count, F, Model, QuerySet, Sum
+from django.db.models import Aggregate, Count, F, Model, Q, QuerySet, Sum
 
 from apps.inventory.choices import FabricKind, LinkState, SwitchTier
 from apps.inventory.models import Fabric, NetworkPort, Node, NvLink, Switch, SwitchPort
 from apps.inventory.models.fabric import TIER_RANK, trace_port
 
 UP, DOWN, UNKNOWN = "up", "down", "unknown"
-PortKey = tuple[int, str, int]  # node, device, port number: how telemetry names a node's port
+CabledKey = tuple[int, int]  # switch, node: a node as it sits under one switch
 
 
 def natural_key(name: str) -> list[int | str]:
@@ -105,44 +107,23 @@ class LinkCounts:
 
 
 @dataclass
-class NodePort:
-    device: str
-    port: int
-    rate_gbps: int
-    condition: str
-
-    @property
-    def name(self) -> str:
-        return f"{self.device}/{self.port}"
-
-
-@dataclass
 class CabledNode:
-    """A node under a switch, with its ports cabled to that switch, and the load of those that
-    reported (Topology.add_readings adds each reporting port's traffic and rate to it)."""
+    """A node under a switch: its ports cabled to that switch by condition, those not up by name
+    (``mlx5_1/1: down``), and the load of those that reported (``Topology.add_loads``)."""
 
     id: int
     hostname: str
     lifecycle: str
     liveness: str
-    ports: list[NodePort] = field(default_factory=list)
+    links: LinkCounts = field(default_factory=LinkCounts)
+    not_up: list[str] = field(default_factory=list)
     load: LinkLoad = field(default_factory=LinkLoad)
-
-    @cached_property
-    def links(self) -> LinkCounts:
-        """Its ports by condition: read once the overview is built (a page reads it several times)."""
-        counts = LinkCounts()
-        for port in self.ports:
-            counts.states[port.condition] += 1
-            counts.gbps += port.rate_gbps
-        return counts
 
     @property
     def summary(self) -> str:
         """What hovering over the node says: its state, its links that are not up, its traffic (built
         here rather than in the template, which would loop over 8,000 ports at the 1,000-node scale)."""
-        lines = [f"{self.hostname} ({self.liveness}, {self.lifecycle})"]
-        lines += [f"{port.name}: {port.condition}" for port in self.ports if port.condition != UP]
+        lines = [f"{self.hostname} ({self.liveness}, {self.lifecycle})", *self.not_up]
         load = self.load
         if load.links:
             lines.append(f"tx {load.tx_gbps:.1f} Gb/s, rx {load.rx_gbps:.1f} Gb/s of {load.rate_gbps:.0f} Gb/s")
@@ -209,19 +190,27 @@ class FabricView:
 class Topology:
     fabrics: list[FabricView]
     uncabled: list[tuple[int, str]]  # nodes cabled to no switch: (id, hostname)
-    _ports: dict[PortKey, tuple[NodePort, CabledNode]] = field(default_factory=dict, repr=False)
 
     @property
     def is_empty(self) -> bool:
         return not self.fabrics
 
-    def add_readings(self, readings: Mapping[PortKey, tuple[float | None, float | None, float | None]]) -> None:
-        """Each node port's newest ``(tx_gbps, rx_gbps, rate_gbps)`` (a missing rate: the inventory's),
-        the readings of one moment, added once."""
-        for key, (tx, rx, rate) in readings.items():
-            if (found := self._ports.get(key)) is not None:
-                port, node = found
-                node.load.add(tx, rx, rate or port.rate_gbps)
+
+@dataclass(frozen=True)
+class LoadJoin:
+    """Readings joined to the node ports cabled to a switch, and summed per node and switch by the
+    query that reads the nodes: ``ports`` those ports with the readings joined (at most one each),
+    ``sums`` the aggregates ``tx``, ``rx`` and ``rate`` (Gb/s) and ``links`` (the ports that reported)."""
+
+    ports: QuerySet[NetworkPort]
+    sums: Mapping[str, Aggregate]
+
+    def __post_init__(self) -> None:
+        if set(self.sums) != set(LOAD_SUMS):
+            raise ValueError(f"A LoadJoin sums {', '.join(LOAD_SUMS)}, not {', '.join(self.sums)}")
+
+
+LOAD_SUMS = ("tx", "rx", "rate", "links")
 
 
 def cabled_node_ports() -> QuerySet[NetworkPort]:
@@ -229,9 +218,9 @@ def cabled_node_ports() -> QuerySet[NetworkPort]:
     return NetworkPort.objects.filter(_peer_switch_port__isnull=False)
 
 
-def fabric_overview() -> Topology:
-    """Every fabric, its switches by tier, the nodes under each switch, and link states: five queries
-    (six with an NVLink fabric)."""
+def fabric_overview(loads: LoadJoin | None = None) -> Topology:
+    """Every fabric, its switches by tier, the nodes under each switch, link states, and with ``loads``
+    each node's load: six queries (seven with an NVLink fabric)."""
     fabrics = {
         f.pk: FabricView(
             id=f.pk,
@@ -258,12 +247,12 @@ def fabric_overview() -> Topology:
         ]
 
     _count_switch_links(switches)
-    ports = _cable_nodes(switches)
+    _cable_nodes(switches, loads)
     _count_nvlinks([f for f in fabrics.values() if f.kind == FabricKind.NVLINK])
     uncabled = list(
         Node.objects.exclude(ports___peer_switch_port__isnull=False).order_by("hostname").values_list("id", "hostname")
     )
-    return Topology(list(fabrics.values()), uncabled, ports)
+    return Topology(list(fabrics.values()), uncabled)
 
 
 def _count_switch_links(switches: dict[int, SwitchView]) -> None:
@@ -283,33 +272,38 @@ def _count_switch_links(switches: dict[int, SwitchView]) -> None:
         counts.gbps += row["gbps"]
 
 
-def _cable_nodes(switches: dict[int, SwitchView]) -> dict[PortKey, tuple[NodePort, CabledNode]]:
-    """Put each node under the switches its ports are cabled to: one query. Returns the ports (and the
-    node each is under) by key."""
-    nodes: dict[tuple[int, int], CabledNode] = {}
-    ports: dict[PortKey, tuple[NodePort, CabledNode]] = {}
-    rows = cabled_node_ports().values_list(
-        "_peer_switch_port__switch_id",
-        "node_id",
-        "node__hostname",
-        "node__lifecycle",
-        "node__liveness",
-        "device_name",
-        "port_num",
-        "rate_gbps",
-        "link_state",
+def _cable_nodes(switches: dict[int, SwitchView], loads: LoadJoin | None) -> None:
+    """Put each node under the switches its ports are cabled to, with those ports counted by condition
+    and their load summed: two queries, one row per node and switch, and one per port that is not up."""
+    nodes: dict[CabledKey, CabledNode] = {}
+    sums: Mapping[str, Any] = loads.sums if loads is not None else {}
+    rows = (
+        (loads.ports if loads is not None else cabled_node_ports())
+        .values_list("_peer_switch_port__switch_id", "node_id", "node__hostname", "node__lifecycle", "node__liveness")
+        .annotate(
+            up=Count("pk", filter=Q(link_state=LinkState.ACTIVE)),
+            unknown=Count("pk", filter=Q(link_state=LinkState.UNKNOWN)),
+            total=Count("pk"),
+            gbps=Sum("rate_gbps"),
+            **{name: sums[name] for name in LOAD_SUMS if name in sums},
+        )
+        .order_by("node__hostname", "_peer_switch_port__switch_id")
     )
-    for switch_id, node_id, hostname, lifecycle, liveness, device, number, rate, state in rows.order_by(
-        "node__hostname", "device_name", "port_num"
-    ):
-        node = nodes.get((switch_id, node_id))
-        if node is None:
-            node = nodes[switch_id, node_id] = CabledNode(node_id, hostname, lifecycle, liveness)
-            switches[switch_id].nodes.append(node)
-        port = NodePort(device, number, rate, link_condition(state))
-        node.ports.append(port)
-        ports[node_id, device, number] = port, node
-    return ports
+    for switch_id, node_id, hostname, lifecycle, liveness, up, unknown, total, gbps, *load in rows:
+        links = LinkCounts(Counter({UP: up, DOWN: total - up - unknown, UNKNOWN: unknown}), gbps)
+        node = nodes[switch_id, node_id] = CabledNode(node_id, hostname, lifecycle, liveness, links)
+        if load:
+            tx, rx, rate, reported = load
+            node.load = LinkLoad(tx or 0.0, rx or 0.0, rate or 0.0, reported)
+        switches[switch_id].nodes.append(node)
+    not_up = (
+        cabled_node_ports()
+        .exclude(link_state=LinkState.ACTIVE)
+        .values_list("_peer_switch_port__switch_id", "node_id", "device_name", "port_num", "link_state")
+        .order_by("device_name", "port_num")
+    )
+    for switch_id, node_id, device, number, state in not_up:
+        nodes[switch_id, node_id].not_up.append(f"{device}/{number}: {link_condition(state)}")
 
 
 def _count_nvlinks(fabrics: list[FabricView]) -> None:

@@ -14,6 +14,7 @@ from apps.dashboard.templatetags.durations import hours
 from apps.failures.events import record_event, record_events
 from apps.failures.models import Failure
 from apps.inventory.models import Node, Rack
+from apps.telemetry.models import LatestPortSample
 from tests import factories
 from tests.failures.conftest import T0, events, xid
 
@@ -171,6 +172,33 @@ def test_the_topology_shows_each_leaf_with_its_nodes(viewer_user, gpu_node):
     assert f'href="/nodes/{gpu_node.pk}/"' in html
     assert "2/2" in html  # both of its ports up
     assert "node links: " in html
+
+
+def test_the_topology_costs_the_same_queries_whatever_the_fleet_and_its_readings(
+    viewer_user, gpu_node, django_assert_num_queries
+):
+    leaf = factories.switch(factories.fabric(gpu_node.cluster))
+    now = timezone.now()
+
+    def cabled_with_readings(node: Node) -> None:
+        factories.cable_node_to_leaf(node, leaf)
+        for port in node.ports.all():
+            LatestPortSample.objects.create(
+                node=node, ts=now, device=port.device_name, port=port.port_num, state="active",
+                rate_gbps=400.0, tx_gbps=100.0, rx_gbps=50.0, received_at=now,
+            )  # fmt: skip
+
+    cabled_with_readings(gpu_node)
+    client = Client()
+    client.force_login(viewer_user)
+    client.get("/topology/")  # the session and the user are read the same way on every request
+    with django_assert_num_queries(9) as one_node:
+        assert "25 %" in client.get("/topology/").content.decode()  # 100 of 400 Gb/s on each port
+    for n in range(5):
+        cabled_with_readings(factories.node(gpu_node.cluster, gpu_node.node_type, f"gpu-1{n:02d}"))
+    with django_assert_num_queries(len(one_node)):
+        html = client.get("/topology/").content.decode()
+    assert html.count('class="node-chip"') == 6
 
 
 def test_racks_place_racked_nodes_and_list_the_others_apart(viewer_user, gpu_node):

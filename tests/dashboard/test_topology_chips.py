@@ -2,16 +2,17 @@
 so what the template made is checked here: link, data for the live stream, links up / cabled, load,
 and every text escaped."""
 
+from collections import Counter
+
 from django.urls import reverse
 
 from apps.dashboard.templatetags.topology import node_chips
-from apps.inventory.topology import DOWN, UP, CabledNode, LinkLoad, NodePort
+from apps.inventory.topology import DOWN, UP, CabledNode, LinkCounts, LinkLoad
 
 
 def cabled(hostname: str, *, load: LinkLoad | None = None) -> CabledNode:
-    node = CabledNode(
-        7, hostname, "in_service", "online", [NodePort("mlx5_0", 1, 400, UP), NodePort("mlx5_1", 1, 400, DOWN)]
-    )
+    links = LinkCounts(Counter({UP: 1, DOWN: 1}), 800)
+    node = CabledNode(7, hostname, "in_service", "online", links, ["mlx5_1/1: down"])
     if load is not None:
         node.load = load
     return node

@@ -8,8 +8,8 @@ from django.utils import timezone
 from apps.dashboard.views.base import DashboardPage
 from apps.inventory.models import Node
 from apps.inventory.racks import MAX_NODE_UNITS, rack_elevations
-from apps.inventory.topology import cabled_node_ports, fabric_overview
-from apps.telemetry.links import RECENT, latest_port_readings
+from apps.inventory.topology import fabric_overview
+from apps.telemetry.links import RECENT, link_loads
 
 # The temperature scale of the racks page, °C: an idle GPU sits near the bottom, one that is slowing
 # down to protect itself (H100: from about 87 °C) at the top.
@@ -24,8 +24,7 @@ class TopologyPage(DashboardPage):
         return ["dashboard/_topology_fabrics.html" if "partial" in self.request.GET else self.template_name]
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        topology = fabric_overview()
-        topology.add_readings(latest_port_readings(cabled_node_ports(), now=timezone.now()))
+        topology = fabric_overview(link_loads(now=timezone.now()))
         return super().get_context_data(**kwargs) | {
             "topology": topology,
             "recent_s": int(RECENT.total_seconds()),
