@@ -12,8 +12,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from agents.protocol import Events
+from apps.telemetry.cursors import advance_cursors, lock_cursors
 from apps.telemetry.models import AgentEvent, LatestXid, XidCount
-from apps.telemetry.storage import advance_cursors, lock_cursors
 
 
 def store_events(node_id: int, message: Events) -> tuple[int, bool]:

@@ -147,6 +147,39 @@ def test_it_reads_the_cursor_the_database_holds_not_a_copy(make_node):
     assert result.cursors == {node.pk: 10}
 
 
+def test_a_cursor_is_claimed_once_a_batch_and_never_moves_back(make_node):
+    node, new = make_node(), make_node()
+    write_batch([Submission(node.pk, telemetry(7))])
+    advanced = TelemetryCursor.objects.get(node=node).updated_at
+    result = write_batch([Submission(node.pk, telemetry(3)), Submission(new.pk, telemetry(2))])  # 3: a replay
+    assert (result.duplicates, [s.node_id for s in result.stored]) == (1, [new.pk])
+    assert result.cursors == {node.pk: 7, new.pk: 2}
+    cursors = {c.node_id: c for c in TelemetryCursor.objects.all()}
+    assert (cursors[node.pk].telemetry_seq, cursors[node.pk].updated_at) == (7, advanced)  # not advanced: as it was
+    assert (cursors[new.pk].telemetry_seq, cursors[new.pk].events_seq) == (2, 0)
+    result = write_batch([Submission(node.pk, telemetry(9, ts=T0 + 9)), Submission(node.pk, telemetry(8, ts=T0 + 8))])
+    assert [s.message.seq for s in result.stored] == [9, 8]  # both new: each seq above what was stored
+    assert TelemetryCursor.objects.get(node=node).telemetry_seq == 9
+
+
+def test_a_gpu_missing_from_the_newest_sample_keeps_its_newest_reading_of_the_batch(make_node):
+    node = make_node()
+    older, newer = telemetry(1, ts=T0, util=10.0), telemetry(2, ts=T0 + 1, gpus=4, util=20.0)
+    same_time = telemetry(3, ts=T0 + 1, util=30.0)  # as new as the newer one: the first of that time stays
+    result = write_batch([Submission(node.pk, older), Submission(node.pk, newer), Submission(node.pk, same_time)])
+    assert result.latest_ts == {node.pk: T0 + 1}
+    newest = dict(LatestGpuSample.objects.filter(node=node).values_list("gpu_index", "util_gpu"))
+    assert newest == {i: 20.0 for i in range(4)} | {i: 30.0 for i in range(4, 8)}
+
+
+def test_a_sample_that_names_a_gpu_twice_refreshes_it_once(make_node):
+    node = make_node()
+    message = telemetry(1, gpus=2, util=50.0)
+    message.samples[0].gpus.append(gpu_sample(0, util=99.0))
+    write_batch([Submission(node.pk, message)])
+    assert dict(LatestGpuSample.objects.filter(node=node).values_list("gpu_index", "util_gpu")) == {0: 50.0, 1: 50.0}
+
+
 @pytest.mark.django_db(transaction=True)
 def test_it_writes_nothing_when_the_database_refuses_part_of_the_batch(make_node):
     node = make_node()
@@ -169,9 +202,9 @@ def test_it_writes_nothing_for_an_empty_batch():
 def test_it_copies_rows_in_bulk_not_one_by_one(make_node, django_assert_max_num_queries):
     nodes = [make_node() for _ in range(20)]
     batch = [Submission(n.pk, telemetry(1, samples=10)) for n in nodes]
-    # lock cursors, insert missing cursors, re-select, partitions (catalog, lock, create, attach) x2,
-    # COPY x2 (or executemany), newest rows (stage, copy, upsert) x2, advance
-    with django_assert_max_num_queries(20):
+    # claim the cursors, partitions (catalog, lock, create, attach) x2, COPY x2 (or executemany),
+    # newest rows (stage, copy, upsert) x2
+    with django_assert_max_num_queries(17):
         write_batch(batch)
     assert NodeGpuSample.objects.count() == 20 * 10
     assert NodeGpuSample.objects.item_count() == 20 * 10 * 8

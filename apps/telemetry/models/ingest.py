@@ -33,6 +33,12 @@ class TelemetryCursor(models.Model):
     )
     telemetry_seq = models.BigIntegerField(default=0)
     events_seq = models.BigIntegerField(default=0)
+    telemetry_seq_before = models.BigIntegerField(
+        default=0,
+        db_default=0,
+        help_text="The telemetry seq before the writer's last advance: what its one-statement claim returns "
+        "(apps/telemetry/cursors.py).",
+    )
     updated_at = models.DateTimeField()
 
     objects = TelemetryCursorQuerySet.as_manager()

@@ -90,12 +90,17 @@ _IN_PROTOCOL_ORDER = {
 }
 
 
+def items(packing: Packing, structs: Sequence[msgspec.Struct]) -> list[tuple[Any, ...]]:
+    """A sample's GPUs or ports, as the protocol carries them, as tuples in ``packing``'s field order."""
+    if structs and not _IN_PROTOCOL_ORDER[type(structs[0])]:
+        return [tuple(getattr(s, name) for name in packing.names) for s in structs]
+    astuple = msgspec.structs.astuple
+    return [astuple(s) for s in structs]
+
+
 def pack(packing: Packing, structs: Sequence[msgspec.Struct]) -> bytes:
     """The packed value of a sample's GPUs or ports, as the protocol carries them."""
-    if structs and not _IN_PROTOCOL_ORDER[type(structs[0])]:
-        return packing.pack([tuple(getattr(s, name) for name in packing.names) for s in structs])
-    astuple = msgspec.structs.astuple
-    return packing.pack([astuple(s) for s in structs])
+    return packing.pack(items(packing, structs))
 
 
 def unpack(packing: Packing, struct: type[msgspec.Struct], packed: bytes) -> list[msgspec.Struct]:
