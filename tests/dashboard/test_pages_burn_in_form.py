@@ -1,7 +1,8 @@
 """Starting a burn-in from the dashboard, in real headless Chromium: an operator selects nodes on the
 nodes page (or picks them, or a cluster, on the runs page), chooses the suite from its steps, and lands
-on the run's page; a double click starts one burn-in; a node the API refuses is named in the API's own
-words with nothing started; a viewer gets no form at all."""
+on the run's page; the runs page's picker filters its nodes by hostname, cluster and state; a double
+click starts one burn-in; a node the API refuses is named in the API's own words with nothing started;
+a viewer gets no form at all."""
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -89,6 +90,53 @@ def test_the_runs_page_starts_a_burn_in_of_a_cluster_or_of_picked_nodes(open_pag
 
     expect(page.locator("h1")).to_contain_text("burn-in: Quick of lab")
     assert off_the_loop(burn_ins) == [("quick", ["gpu-001", "gpu-002"], True)]
+
+
+def a_second_cluster() -> None:
+    """Cluster prod's prod-01 to prod-12, new but for prod-03, prod-07 and prod-11, quarantined."""
+    cluster, node_type = factories.cluster("prod"), factories.node_type("hgx-h100-prod", nics=1)
+    for i in range(1, 13):
+        lifecycle = Lifecycle.QUARANTINED if i in (3, 7, 11) else Lifecycle.NEW
+        factories.node(cluster, node_type, f"prod-{i:02d}", lifecycle=lifecycle)
+
+
+def test_the_runs_page_picker_filters_by_hostname_cluster_and_state_and_keeps_what_is_selected(open_page, operator):
+    off_the_loop(lab)
+    off_the_loop(a_second_cluster)
+    page = open_page(operator, "/runs/")
+    page.locator("#start-burn-in").click()
+    form = page.locator("#burn-in-dialog")
+    shown = form.locator("#burn-in-node-picker option:not([hidden])")
+    picked = form.locator("#burn-in-picked")
+    expect(shown).to_have_count(14)
+    expect(picked).to_have_text("14 nodes listed; 0 selected.")
+
+    form.get_by_role("searchbox", name="Hostname").fill("OD-1")  # a part of the name, any case
+    expect(shown).to_have_text(["prod-10 (new)", "prod-11 (quarantined)", "prod-12 (new)"])
+    form.get_by_role("searchbox", name="Hostname").fill("")
+    form.get_by_label("Cluster", exact=True).select_option("prod")
+    form.get_by_label("State", exact=True).select_option("quarantined")
+    expect(shown).to_have_text(["prod-03 (quarantined)", "prod-07 (quarantined)", "prod-11 (quarantined)"])
+    screenshot(page, "burn-in-form-picker-filter")
+    form.get_by_role("button", name="Select all shown").click()
+    expect(form.locator("#burn-in-on-nodes")).to_be_checked()
+    expect(picked).to_have_text("3 of 14 nodes shown; 3 selected.")
+
+    # Another filter hides what is selected, and says so; Enter in the search box starts nothing.
+    form.get_by_label("Cluster", exact=True).select_option("")
+    form.get_by_label("State", exact=True).select_option("")
+    form.get_by_role("searchbox", name="Hostname").fill("gpu")
+    expect(shown).to_have_text(["gpu-001 (new)", "gpu-002 (drained)"])
+    expect(picked).to_have_text("2 of 14 nodes shown; 3 selected (3 hidden by the filter).")
+    form.get_by_role("searchbox", name="Hostname").fill("nothing-like-it")
+    expect(picked).to_have_text("No node matches the filter; 3 selected (3 hidden by the filter).")
+    form.get_by_role("searchbox", name="Hostname").press("Enter")
+    expect(form.locator("#burn-in-start")).to_have_text("Start burn-in")
+    expect(form).to_be_visible()
+
+    form.locator("#burn-in-start").click()
+    expect(page.locator("h1")).to_contain_text("burn-in: Quick")
+    assert off_the_loop(burn_ins) == [("quick", ["prod-03", "prod-07", "prod-11"], True)]
 
 
 def test_a_viewer_gets_no_burn_in_form(open_page, viewer):

@@ -27,27 +27,41 @@ def step_words(step: dict[str, Any]) -> str:
     return step["check"] + (f" ({params})" if params else "")
 
 
+def pickable_nodes() -> list[dict[str, Any]]:
+    """The nodes that can start a burn-in now, with their cluster and state (the picker filters by them)."""
+    nodes = Node.objects.filter(lifecycle__in=STARTS_FROM).order_by("hostname")
+    return [
+        {
+            "id": pk,
+            "hostname": hostname,
+            "cluster": cluster,
+            "lifecycle": lifecycle,
+            "state": Lifecycle(lifecycle).label,
+        }
+        for pk, hostname, cluster, lifecycle in nodes.values_list("id", "hostname", "cluster__name", "lifecycle")[
+            :MAX_NODES_PER_RUN
+        ]
+    ]
+
+
 def burn_in_form(*, pick_nodes: bool, on: str = "The selected nodes") -> dict[str, Any]:
     """The suites with their steps, the clusters with how many of their nodes can start a burn-in now,
-    and, where the page has no selection of its own (``pick_nodes``: the runs page), those nodes.
+    and, where the page has no selection of its own (``pick_nodes``: the runs page), those nodes (at most
+    MAX_NODES_PER_RUN, filtered in the browser by node-picker.js).
     ``on``: what the page's own selection is called (a node page's is its node)."""
     suites = [
         {"name": s.name, "title": s.title, "description": s.description, "steps": [step_words(x) for x in s.steps]}
         for s in Suite.objects.order_by("-builtin", "name")
     ]
     clusters = Cluster.objects.annotate(startable=Count("nodes", filter=Q(nodes__lifecycle__in=STARTS_FROM)))
-    nodes = Node.objects.filter(lifecycle__in=STARTS_FROM).order_by("hostname")
     return {
         "on": on,
         "suites": suites,
         "default_suite": DEFAULT_SUITE,
         "clusters": list(clusters.order_by("name").values("name", "startable")),
-        "nodes": [
-            {"id": pk, "hostname": hostname, "state": Lifecycle(lifecycle).label.lower()}
-            for pk, hostname, lifecycle in nodes.values_list("id", "hostname", "lifecycle")[:MAX_NODES_PER_RUN]
-        ]
-        if pick_nodes
-        else None,
+        "nodes": pickable_nodes() if pick_nodes else None,
+        # What the picker filters its nodes by (node-picker.js): the states they can start from.
+        "lifecycles": [(choice.value, choice.label) for choice in Lifecycle if choice in STARTS_FROM],
         "deadlines": DEADLINES,
         "default_deadline_s": DEFAULT_DEADLINE_S,
     }

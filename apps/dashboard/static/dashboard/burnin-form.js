@@ -1,11 +1,12 @@
-// The burn-in form (includes/burn_in_dialog.html): on the page's selected nodes, on nodes picked in the
-// form, or on every node of a cluster that can start one; the suite (its steps listed), whether a node
-// that passes goes into service, and a deadline. It posts to POST /api/v1/burn-ins, which checks the
-// role again, with an idempotency key made when the form opens: a double click or a resend after a lost
-// answer starts one burn-in. On success the browser goes to the run's page; a refusal is shown in the
-// API's own words ("gpu-003 is in service: drain it first.").
+// The burn-in form (includes/burn_in_dialog.html): on the page's selected nodes, on nodes picked in
+// the form (node-picker.js), or on every node of a cluster that can start one; the suite (its steps
+// listed), whether a node that passes goes into service, and a deadline. It posts to POST
+// /api/v1/burn-ins, which checks the role again, with an idempotency key made when the form opens: a
+// double click or a resend after a lost answer starts one burn-in. On success the browser goes to the
+// run's page; a refusal is shown in the API's own words ("gpu-003 is in service: drain it first.").
 
 import { api, escapeHtml } from "./api.js";
+import { NodePicker } from "./node-picker.js";
 
 const NAMES_LISTED = 12; // the rest are counted
 
@@ -32,13 +33,13 @@ export class BurnInForm {
     this.cluster = $("burn-in-cluster");
     this.onNodes = $("burn-in-on-nodes");
     this.onCluster = $("burn-in-on-cluster");
-    this.picker = $("burn-in-node-picker"); // where the page has no selection of its own
     this.names = $("burn-in-names");
     this.intoService = $("burn-in-into-service");
     this.deadline = $("burn-in-deadline");
     this.suite.addEventListener("change", () => this.showSuite());
     this.cluster.addEventListener("change", () => { this.onCluster.checked = true; });
-    this.picker?.addEventListener("change", () => { this.onNodes.checked = true; });
+    const picker = $("burn-in-node-picker"); // where the page has no selection of its own
+    this.picker = picker && new NodePicker(picker, () => { this.onNodes.checked = true; });
     $("burn-in-cancel").addEventListener("click", () => this.dialog.close());
     $("burn-in-form").addEventListener("submit", (event) => {
       event.preventDefault();
@@ -78,7 +79,7 @@ export class BurnInForm {
       idempotency_key: this.key,
     };
     if (this.onCluster.checked) return { ...body, cluster: this.cluster.value };
-    const ids = this.picker ? [...this.picker.selectedOptions].map((o) => Number(o.value)) : this.nodes.map((n) => Number(n.id));
+    const ids = this.picker ? this.picker.selectedIds() : this.nodes.map((n) => Number(n.id));
     if (!ids.length) {
       this.say("Pick at least one node, or choose a cluster.");
       return null;
