@@ -8,9 +8,10 @@ from typing import Any
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from controlplane.env import env_int, env_raw
+from controlplane.env import env_bool, env_int, env_raw
 
 SQLITE = "django.db.backends.sqlite3"
+POOL_TIMEOUT_S = 10  # a connection is waited for this long, then the request fails
 
 
 def databases(url: str, var_dir: Path) -> dict[str, dict[str, Any]]:
@@ -26,6 +27,19 @@ def databases(url: str, var_dir: Path) -> dict[str, dict[str, Any]]:
             "timeout": 20,
             "transaction_mode": "IMMEDIATE",
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+    elif env_bool("DATABASE_POOL", True):
+        # Under ASGI every request runs on a thread of its own (controlplane/http.py), whose connection
+        # would be new however long connections may live: a PostgreSQL backend started for each page
+        # view, its catalog caches cold for its first queries (a fleet page under benchmarks/dashboard.py
+        # spent 12-180 ms connecting). Django's pool lends warm ones; a connection it "closes" goes
+        # back, so they are closed after every request and every database_sync_to_async call.
+        max_size = env_int("DATABASE_POOL_MAX_SIZE", 20, minimum=1)
+        default["CONN_MAX_AGE"] = 0
+        default.setdefault("OPTIONS", {})["pool"] = {
+            "min_size": min(env_int("DATABASE_POOL_MIN_SIZE", 2, minimum=0), max_size),
+            "max_size": max_size,
+            "timeout": POOL_TIMEOUT_S,
         }
     default["TEST"] = {"NAME": env_raw("TEST_DATABASE_NAME")}
     if default["ENGINE"] == SQLITE and not default["TEST"]["NAME"]:

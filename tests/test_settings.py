@@ -136,6 +136,22 @@ def test_it_turns_the_sqlite_database_into_one_that_several_processes_can_share(
     assert database["CONN_MAX_AGE"] == 0
 
 
+def test_postgresql_connections_come_from_a_pool_unless_told_otherwise(environment):
+    environment.setenv("DATABASE_URL", "postgres://cp@db.internal:5432/cp")
+    database = load_settings()["DATABASES"]["default"]
+    assert database["OPTIONS"]["pool"] == {"min_size": 2, "max_size": 20, "timeout": 10}
+    assert database["CONN_MAX_AGE"] == 0  # a pooled connection goes back when Django closes it
+
+    environment.setenv("DATABASE_POOL_MAX_SIZE", "1")
+    assert load_settings()["DATABASES"]["default"]["OPTIONS"]["pool"]["min_size"] == 1
+
+    environment.setenv("DATABASE_POOL", "false")
+    environment.setenv("DATABASE_CONN_MAX_AGE", "30")
+    database = load_settings()["DATABASES"]["default"]
+    assert "pool" not in database.get("OPTIONS", {})
+    assert database["CONN_MAX_AGE"] == 30
+
+
 def test_it_declares_the_queue_of_every_task():
     celery_app.loader.import_default_modules()
     declared = {queue.name for queue in settings.CELERY_TASK_QUEUES}
