@@ -1,22 +1,27 @@
 """The fleet page's heatmap layout (its groups of nodes, by leaf switch) and colour-scale tops, held
 by the server process as the JSON text the page embeds, instead of read and encoded for every page
 view: three queries, a dict per node and ~80 KB of JSON at 1,000 nodes, for an answer that changes
-when the inventory does, not every second.
+when the inventory does, not every second. The prices in force for the fleet's node types and
+clusters (apps/costs/rates.py ``live_pricing``, four queries) are held beside it: under a busy
+server each query of a page view costs it tens of milliseconds, whatever the query.
 
 A page view checks the text against the inventory's version, one aggregate over the nodes (how many,
 the newest id, the newest change), and reads the layout again when they differ: a node added,
 removed or changed shows on the next page load. What that version does not see (a port cabled to
-another leaf, a GPU's memory, a power limit the telemetry reports) shows within ``max_age_s``.
+another leaf, a GPU's memory, a power limit the telemetry reports, a price book's edit, the day's
+change of prices) shows within ``max_age_s``.
 """
 
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from django.db.models import Count, Max
+from django.utils import timezone
 
+from apps.costs.rates import LivePricing, live_pricing
 from apps.dashboard.fleet_mirror import script_json
 from apps.inventory.models import Gpu, Node
 from apps.telemetry.models import LatestGpuSample
@@ -62,9 +67,14 @@ def inventory_version() -> tuple[Any, ...]:
     return tuple(Node.objects.aggregate(nodes=Count("pk"), last=Max("pk"), changed=Max("updated_at")).values())
 
 
+class FleetShell(NamedTuple):
+    layout_json: str  # {layout, tops} as <script>-safe JSON text
+    pricing: LivePricing
+
+
 class FleetLayout:
-    """``{layout, tops}`` as <script>-safe JSON text, read again when the inventory's version moved or
-    the text is older than ``max_age_s``. Pages of every thread share it."""
+    """The layout's text and the prices in force, read again when the inventory's version moved or
+    they are older than ``max_age_s``. Pages of every thread share them."""
 
     def __init__(self, *, max_age_s: float = MAX_AGE_S, clock: Callable[[], float] = time.monotonic) -> None:
         self.max_age_s = max_age_s
@@ -72,21 +82,23 @@ class FleetLayout:
         self._lock = threading.Lock()
         self._version: tuple[Any, ...] | None = None
         self._read_at = float("-inf")
-        self._text = ""
+        self._held: FleetShell | None = None
         self.reads = 0  # layouts read from the database
 
-    def script_json(self) -> str:
+    def read(self) -> FleetShell:
         version = inventory_version()
         with self._lock:
-            if version == self._version and self._clock() - self._read_at < self.max_age_s:
-                return self._text
+            if self._held and version == self._version and self._clock() - self._read_at < self.max_age_s:
+                return self._held
         # Read outside the lock: two pages that both found it old read it twice rather than one
         # waiting on the other's queries.
-        text = script_json({"layout": heatmap_layout(), "tops": scale_tops()})
+        held = FleetShell(
+            script_json({"layout": heatmap_layout(), "tops": scale_tops()}), live_pricing(timezone.localdate())
+        )
         with self._lock:
-            self._version, self._read_at, self._text = version, self._clock(), text
+            self._version, self._read_at, self._held = version, self._clock(), held
             self.reads += 1
-        return text
+        return held
 
 
 fleet_layout = FleetLayout()

@@ -3,7 +3,10 @@ read again when the inventory changes; the fleet page's queries, whatever the fl
 apps/dashboard/warm.py, what a server process compiles before its first page."""
 
 import json
+from datetime import date
+from decimal import Decimal
 import re
+from pathlib import Path
 
 import pytest
 from django.test import Client
@@ -15,6 +18,8 @@ from apps.inventory.models import Node
 from tests import factories
 from tests.dashboard.test_fleet_mirror import Clock
 from tests.dashboard.test_pages_runs import page, queries
+
+STATIC = Path(__file__).resolve().parents[2] / "apps/dashboard/static/dashboard"
 
 
 @pytest.fixture
@@ -29,43 +34,55 @@ def hostnames(text: str) -> list[str]:
 
 def test_the_layout_is_read_once_and_then_served_from_memory(nodes, django_assert_num_queries):
     layout = FleetLayout(clock=Clock())
-    text = layout.script_json()
+    text = layout.read().layout_json
     assert hostnames(text) == ["gpu-000", "gpu-001", "gpu-002"]
     assert json.loads(text)["tops"] == {"power": 700, "mem": 80}
     with django_assert_num_queries(1):  # the inventory's version only
-        assert layout.script_json() == text
+        assert layout.read().layout_json == text
     assert layout.reads == 1
 
 
 def test_a_node_added_removed_or_renamed_is_in_the_next_layout(nodes):
     layout = FleetLayout(clock=Clock())
-    layout.script_json()
+    layout.read()
     added = factories.node(nodes[0].cluster, nodes[0].node_type, "gpu-100")
-    assert hostnames(layout.script_json())[-1] == "gpu-100"
+    assert hostnames(layout.read().layout_json)[-1] == "gpu-100"
     added.delete()
-    assert "gpu-100" not in hostnames(layout.script_json())
+    assert "gpu-100" not in hostnames(layout.read().layout_json)
     nodes[1].hostname = "gpu-zzz"
     nodes[1].save()
-    assert hostnames(layout.script_json()) == ["gpu-000", "gpu-002", "gpu-zzz"]
+    assert hostnames(layout.read().layout_json) == ["gpu-000", "gpu-002", "gpu-zzz"]
     assert layout.reads == 4
 
 
 def test_what_the_version_does_not_see_shows_within_the_max_age(nodes):
     clock = Clock()
     layout = FleetLayout(clock=clock)
-    assert [group["leaf"] for group in json.loads(layout.script_json())["layout"]] == [NO_LEAF]
+    assert [group["leaf"] for group in json.loads(layout.read().layout_json)["layout"]] == [NO_LEAF]
     leaf = factories.switch(factories.fabric(nodes[0].cluster))
     factories.cable_node_to_leaf(nodes[0], leaf)
     clock.now = MAX_AGE_S - 1
-    assert [group["leaf"] for group in json.loads(layout.script_json())["layout"]] == [NO_LEAF]
+    assert [group["leaf"] for group in json.loads(layout.read().layout_json)["layout"]] == [NO_LEAF]
     clock.now = MAX_AGE_S
-    assert [group["leaf"] for group in json.loads(layout.script_json())["layout"]] == [leaf.name, NO_LEAF]
+    assert [group["leaf"] for group in json.loads(layout.read().layout_json)["layout"]] == [leaf.name, NO_LEAF]
+
+
+def test_the_prices_in_force_are_held_beside_it_and_a_new_one_shows_within_the_max_age(nodes):
+    clock = Clock()
+    layout = FleetLayout(clock=clock)
+    assert layout.read().pricing.unpriced == ["GPU-hours of h100", "energy in east"]
+    factories.gpu_price(nodes[0].node_type, valid_from=date(2020, 1, 1), hourly_price_per_gpu=Decimal("2.49"))
+    clock.now = MAX_AGE_S - 1
+    assert layout.read().pricing.gpu_hour == {}
+    clock.now = MAX_AGE_S
+    assert layout.read().pricing.gpu_hour == {nodes[0].node_type.pk: Decimal("2.49")}
+    assert layout.read().pricing.unpriced == ["energy in east"]
 
 
 def test_the_layout_text_cannot_close_its_script_element(nodes):
     nodes[0].hostname = "</script><b>"
     nodes[0].save()
-    text = FleetLayout().script_json()
+    text = FleetLayout().read().layout_json
     assert "<" not in text
     assert "</script><b>" in hostnames(text)
 
@@ -87,6 +104,28 @@ def test_the_fleet_page_embeds_the_layout_and_says_what_its_shell_cost(nodes):
     client = Client()
     client.force_login(viewer)
     assert re.fullmatch(r"shell;dur=\d+\.\d", client.get("/")["Server-Timing"])
+
+
+def imported_modules(*entries: str) -> set[str]:
+    """The dashboard modules that ``entries`` import, directly or through others, and the worker
+    scripts they start (not the chart library, which the page imports after its first render)."""
+    found, todo = set(), list(entries)
+    while todo:
+        text = (STATIC / todo.pop()).read_text()
+        for name in re.findall(r'(?:from|new URL\()\s*"\./([\w-]+\.js)"', text):
+            if name not in found:
+                found.add(name)
+                todo.append(name)
+    return found
+
+
+def test_the_fleet_page_asks_for_every_module_its_first_render_needs_as_its_html_arrives(nodes):
+    viewer = User.objects.create_user("vic", role="viewer")
+    head = page(viewer, "/").split("</head>")[0]
+    preloaded = set(re.findall(r'<link rel="modulepreload" href="/static/dashboard/([\w-]+\.js)">', head))
+    needed = imported_modules("fleet.js", "times.js", "running-jobs.js")
+    assert {"heatmap.js", "fleet-worker.js", "fleet-summary.js", "scale.js"} <= needed
+    assert needed | {"fleet.js", "times.js"} <= preloaded
 
 
 def test_a_server_process_compiles_every_dashboard_template_before_its_first_page():

@@ -4,9 +4,7 @@ from typing import Any, Final
 
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
-from django.utils import timezone
 
-from apps.costs.rates import live_pricing
 from apps.dashboard import streams
 from apps.dashboard.fleet_layout import fleet_layout
 from apps.dashboard.fleet_mirror import script_json
@@ -37,8 +35,8 @@ class FleetPage(DashboardPage):
     after a WebSocket round trip (the socket's own snapshot follows and replaces it). The snapshot is
     the one the process holds (apps/dashboard/fleet_mirror.py, started with the server's lifespan),
     read from the database only when it has none that agrees with the database's node counts, and
-    then after the shell is on its way. The shell's heatmap layout is held too
-    (apps/dashboard/fleet_layout.py): a page view reads neither again while the inventory stands."""
+    then after the shell is on its way. The shell's heatmap layout and the prices in force are held
+    too (apps/dashboard/fleet_layout.py): a page view reads neither again while the inventory stands."""
 
     nav = "fleet"
     template_name = "dashboard/fleet.html"
@@ -61,7 +59,8 @@ class FleetPage(DashboardPage):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         counts = Node.objects.state_counts()
-        pricing = live_pricing(timezone.localdate())
+        shell = fleet_layout.read()
+        pricing = shell.pricing
         recent = Failure.objects.with_related().alarms().order_by("-last_seen")[:RECENT_FAILURES]
         return super().get_context_data(**kwargs) | {
             "node_total": sum(counts["lifecycle"].values()),
@@ -72,7 +71,7 @@ class FleetPage(DashboardPage):
             "pricing": pricing,
             "state_counts": counts,
             "snapshot_mark": SNAPSHOT_MARK,
-            "fleet_layout": fleet_layout.script_json(),
+            "fleet_layout": shell.layout_json,
             "fleet_page": {
                 "pricing": {
                     "currency": pricing.currency,
