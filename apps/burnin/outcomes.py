@@ -68,7 +68,9 @@ def judge_node(row_id: int, now: datetime) -> BurnInNode | None:
     not over yet, or was judged already."""
     with transaction.atomic():
         row = (
-            BurnInNode.objects.select_for_update()
+            # Its own row only: the rows joined for reading (the suite, the node type, the node) are
+            # every judging's, and locked too they queued the fleet's judgings behind each other.
+            BurnInNode.objects.select_for_update(of=("self",))
             .select_related("burn_in__suite", "thresholds", "node__node_type")
             .filter(pk=row_id, state=NodeState.TESTING)
             .first()

@@ -46,9 +46,13 @@ def commands_started(reports: Sequence[tuple[int, protocol.CommandStarted]]) -> 
         if command is not None:
             starts.setdefault(command.pk, (command, _time(message.started)))  # the first of repeats
     with transaction.atomic():
+        # In key order, and not the model's default order, which joins the nodes to sort by hostname
+        # and so locked the nodes' rows too: the bookkeeper's liveness UPDATE of the same nodes
+        # deadlocked with a fleet's acknowledgements (benchmarks/dispatch.py at 100 agents).
         sent = list(
             Command.objects.select_for_update()
             .filter(pk__in=starts, state=CommandState.SENT)
+            .order_by("pk")
             .values_list("pk", flat=True)
         )
         if sent:
