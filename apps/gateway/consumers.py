@@ -11,8 +11,9 @@ frames) is in guards.py.
 Database work runs off the event loop; per message there is none besides what the message stores:
 liveness, error counts and revocation checks are batched for all connections of the process
 (bookkeeping.py), and so is a connection's work at its start and end (admission.py). An inventory is
-applied, and command reports are stored, beside the message loop (report_queue.py), so that the
-socket is read, and its telemetry acked, while they wait for the database.
+applied, telemetry stored (telemetry_acks.py) and command reports stored (report_queue.py) beside
+the message loop, so that the socket is read, and its pings answered, while they wait for the
+database.
 """
 
 import asyncio
@@ -35,6 +36,7 @@ from apps.gateway.discovery import apply_inventory
 from apps.gateway.identity import IdentityConflict, record_conflict
 from apps.gateway.push import agent_group
 from apps.gateway.report_queue import ReportQueue
+from apps.gateway.telemetry_acks import TelemetryAcks
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +50,7 @@ SKEW_REPORT_INTERVAL_S = 60
 
 class AgentConsumer(AgentConnection):
     discovery: "asyncio.Task[None] | None" = None  # the inventory being applied
+    telemetry: TelemetryAcks | None = None  # the telemetry frames being stored, from the Hello on
     reports: ReportQueue | None = None  # the command reports being stored, from the Hello on
     wall_clock: Callable[[], float] = staticmethod(time.time)  # what an agent's timestamps are checked against
     skew_reported_at: float | None = None
@@ -102,8 +105,8 @@ class AgentConsumer(AgentConnection):
             case protocol.Telemetry():
                 bookkeeper().heard_from(self.node.pk)
                 self._check_frame(message, "telemetry")
-                stored = await sinks.store_telemetry(self.node.pk, message)
-                await self._ack("telemetry", stored)
+                assert self.telemetry is not None  # made at the Hello
+                await self.telemetry.put(message)
             case protocol.Events():
                 bookkeeper().heard_from(self.node.pk)
                 self._check_frame(message, "events")
@@ -124,8 +127,16 @@ class AgentConsumer(AgentConnection):
         guards.check_clock(message, self.wall_clock(), settings.AGENT_MAX_CLOCK_SKEW_S)
 
     async def _ack(self, stream: protocol.Stream, stored: int) -> None:
-        self.stored[stream] = stored
+        self.stored[stream] = max(self.stored[stream], stored)
         await self._send(protocol.Ack(stream=stream, seq=stored))
+
+    async def _telemetry_stored(self, stored: int) -> None:
+        await self._ack("telemetry", stored)
+
+    async def _telemetry_failed(self, frame: protocol.Telemetry, error: Exception) -> None:
+        logger.error("Failed to store telemetry %d from %s", frame.seq, self.node.hostname, exc_info=error)
+        message = "The server failed to handle this message; it is logged."
+        await self._reply_error("internal", message, frame.seq, "telemetry")
 
     async def _hello(self, hello: protocol.Hello) -> None:
         if self.said_hello:
@@ -143,6 +154,7 @@ class AgentConsumer(AgentConnection):
             admission.Arrival(self.node, hello, self.remote_addr, self.connected_at, self.channel_name)
         )
         self.said_hello = True
+        self.telemetry = TelemetryAcks(self.node.pk, stored=self._telemetry_stored, failed=self._telemetry_failed)
         self.reports = ReportQueue(self.node.pk, refused=self._report_refused, failed=self._report_failed)
         self.stored: dict[protocol.Stream, int] = {"telemetry": welcomed.telemetry_seq, "events": welcomed.events_seq}
         sinks.forget_stored_seq(self.node.pk)  # an admin may have reset the node's seqs since it was last here
@@ -225,5 +237,7 @@ class AgentConsumer(AgentConnection):
         if self.discovery is not None and not self.discovery.done():
             self.discovery.cancel()
             await asyncio.gather(self.discovery, return_exceptions=True)
+        if self.telemetry is not None:  # the agent replays what was not acked (telemetry_acks.py)
+            await self.telemetry.drop()
         if self.reports is not None:  # the server asks again for what is dropped (report_queue.py)
             await self.reports.drop()
