@@ -8,6 +8,7 @@ import os
 import secrets
 import subprocess
 import tempfile
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -95,7 +96,12 @@ def connected_fleet(
         server.url, database.credentials, args.interval, args.fleet_processes, database.work, FLEET_DURATION_S, faults
     )
     try:
-        connect_s = wait_until_connected(database.node_ids, timeout_s=max(60.0, args.nodes / 10))
+        try:
+            connect_s = wait_until_connected(database.node_ids, timeout_s=max(60.0, args.nodes / 10))
+        except SystemExit:
+            lost = sum((simulator.connections_lost for simulator in fleet.simulators), Counter())
+            print(f"agent connections lost meanwhile: {dict(lost)} (load {machine_load()})", flush=True)
+            raise
         print(f"{args.nodes} agents connected in {connect_s:.1f} s (load {machine_load()})", flush=True)
         yield fleet
     finally:

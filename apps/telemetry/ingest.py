@@ -1,10 +1,10 @@
 """The ingestor: every agent consumer in a server process hands its telemetry here, and it is
 written in batches (storage.write_batch) on one writer thread.
 
-A consumer awaits ``submit`` and acks the agent only with the seq it returns, which is durably
-stored: rows and cursor committed together. So a consumer awaiting one message at a time holds at
-most one frame in memory, and a slow database slows the agents down (they buffer) instead of
-growing a queue here.
+A consumer acks the agent only with the seq ``submit`` returns, which is durably stored: rows and
+cursor committed together. It awaits each frame's ``submit`` beside its message loop (at most 64
+frames a connection, apps/gateway/telemetry_acks.py; an agent keeps at most 64 in flight), so a slow
+database slows the agents down (they buffer) instead of growing a queue here without bound.
 
 A batch is flushed 250 ms (``TELEMETRY_FLUSH_INTERVAL_MS``) after its first message arrived, or at
 once when it holds ``TELEMETRY_FLUSH_MAX_ROWS`` rows. One write at a time, on one dedicated
