@@ -74,6 +74,9 @@ def test_a_gpu_that_fell_off_the_bus_keeps_its_last_values_greyed_with_their_age
     expect(page.locator('#counters tr[data-gpu="6"]')).to_have_class("stale")
     expect(page.locator('#gpus tr[data-gpu="5"]')).not_to_have_class("stale")
     expect(page.locator('#gpus tr[data-gpu="5"] .age')).to_have_count(0)
+    # A node that reports shows no age beside "Last seen": the badge is hidden, not an empty box.
+    expect(page.locator("#node-seen")).not_to_have_class("stale")
+    expect(page.locator("#node-seen-age")).to_be_hidden()
     screenshot(page, "node-gpu-stale")
 
     silent = open_page(viewer, f"/nodes/{fleet.silent.pk}/")
