@@ -13,7 +13,7 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 
-from controlplane.http import get_asgi_application  # noqa: E402  (Django's, one thread per request)
+from controlplane.http import get_asgi_application
 
 django_asgi_app = get_asgi_application()
 

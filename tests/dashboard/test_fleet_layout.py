@@ -3,9 +3,9 @@ read again when the inventory changes; the fleet page's queries, whatever the fl
 apps/dashboard/warm.py, what a server process compiles before its first page."""
 
 import json
+import re
 from datetime import date
 from decimal import Decimal
-import re
 from pathlib import Path
 
 import pytest
