@@ -1,9 +1,10 @@
 """The bulk writer: rows, cursors and newest samples in one transaction, dedup by seq."""
 
+import threading
 from datetime import UTC, datetime
 
 import pytest
-from django.db import DatabaseError
+from django.db import DatabaseError, connection
 
 from agents.protocol import GpuSample, NodeSample, PortSample, Telemetry
 from apps.telemetry.models import (
@@ -178,6 +179,37 @@ def test_a_sample_that_names_a_gpu_twice_refreshes_it_once(make_node):
     message.samples[0].gpus.append(gpu_sample(0, util=99.0))
     write_batch([Submission(node.pk, message)])
     assert dict(LatestGpuSample.objects.filter(node=node).values_list("gpu_index", "util_gpu")) == {0: 50.0, 1: 50.0}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_writers_storing_the_same_replay_store_each_message_once(make_node):
+    """Two server processes given the same nodes' messages (an agent's replay after it reconnected to
+    the other), in opposite node orders: the cursors, claimed in one lock order, let each message in
+    once, and neither writer deadlocks or fails."""
+    nodes = [make_node() for _ in range(60)]
+    batches = [[Submission(n.pk, telemetry(seq, ts=T0 + seq, gpus=1)) for n in nodes] for seq in range(1, 11)]
+    stored: list[list[tuple[int, int]]] = [[], []]
+    failures: list[BaseException] = []
+
+    def writer(index: int) -> None:
+        try:
+            for batch in batches:
+                result = write_batch(batch if index == 0 else batch[::-1])
+                stored[index] += [(s.node_id, s.message.seq) for s in result.stored]
+        except BaseException as error:
+            failures.append(error)
+        finally:
+            connection.close()  # this thread's own connection
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert failures == []
+    assert sorted(stored[0] + stored[1]) == sorted((n.pk, seq) for n in nodes for seq in range(1, 11))
+    assert all(gpu_samples(n) == 10 for n in nodes)
+    assert set(TelemetryCursor.objects.values_list("telemetry_seq", flat=True)) == {10}
 
 
 @pytest.mark.django_db(transaction=True)
