@@ -18,6 +18,10 @@ from apps.jobs.models import Command
 # Far from the run: more than this share of the siblings' median away from it (or, where the median
 # is 0, such as an error counter, any other value). A straggler GPU is typically 20 % or more down.
 FAR_SHARE: Final = 0.10
+# A ratio (a compute run's drop from its first to its last quarter) is a share of a whole that sits
+# near 0 on a sound GPU: a tenth of its median is noise (-0.001 against -0.008 was "far", and so was
+# most of every healthy node's compute check), so it is far a tenth of the whole away.
+WHOLE: Final = {"ratio": 1.0}
 
 Key = tuple[int, str, str, str]  # node type, check, measurement, unit
 
@@ -29,10 +33,8 @@ class Siblings:
     high: float
     count: int  # how many figures of the other nodes
 
-    def far(self, value: float) -> bool:
-        if self.median == 0:
-            return value != 0
-        return abs(value - self.median) > FAR_SHARE * abs(self.median)
+    def far(self, value: float, unit: str = "") -> bool:
+        return abs(value - self.median) > FAR_SHARE * max(abs(self.median), WHOLE.get(unit, 0.0))
 
 
 def _kth_without(values: list[float], own: list[float], k: int) -> float:
@@ -91,7 +93,7 @@ def attach_figures(commands: Iterable[Command]) -> None:
             if _numeric(m):
                 key = _key(command, m)
                 siblings = siblings_of(everyone[key], mine[command.node_id, key])
-            far = siblings is not None and siblings.far(float(m["measured"]))
+            far = siblings is not None and siblings.far(float(m["measured"]), str(m.get("unit", "")))
             figures.append(m | {"siblings": siblings, "far": far})
         command.figures = figures
         far = [f for f in figures if f["far"]]

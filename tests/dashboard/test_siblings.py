@@ -30,3 +30,10 @@ def test_a_figure_is_far_beyond_a_tenth_of_the_median_and_any_count_off_a_zero_m
     assert [run.far(value) for value in (412.0, 600.0, 655.0, 700.0, 730.0)] == [True, False, False, False, True]
     counters = Siblings(median=0.0, low=0.0, high=0.0, count=3)
     assert [counters.far(value) for value in (0.0, 2.0)] == [False, True]
+
+
+def test_a_ratio_is_far_a_tenth_of_the_whole_from_the_median_not_a_tenth_of_the_median():
+    # A sound GPU's compute drop sits near 0: the noise between nodes is not far from the run.
+    drops = Siblings(median=-0.008, low=-0.019, high=-0.001, count=15)
+    assert [drops.far(value, "ratio") for value in (-0.0013, -0.0187, 0.05, 0.2)] == [False, False, False, True]
+    assert drops.far(-0.0013)  # another unit's tenth of the median
