@@ -81,6 +81,23 @@ def test_figures_without_bounds_are_left_to_the_control_plane():
     assert message.endswith("1 figure, judged by the control plane against its thresholds")
 
 
+def test_a_pass_of_the_nodes_own_bounds_leaves_the_rest_to_the_control_plane():
+    # A straggler's compute: its drop is within the node's bound, its TFLOP/s has no bound on the node
+    # and the control plane fails it; the log must not say "all within bounds".
+    result = built(
+        measurement("tflops_drop_bf16", 0.01, "ratio", 0.05, "at_most", gpu=3),
+        measurement("tflops_bf16", 688.5, "TFLOP/s", gpu=3),
+    )
+
+    assert said(result) == [
+        (
+            "info",
+            "finished on NVIDIA H100 80GB HBM3 (torch 2.13.0): 2 figures, 1 within the node's own bounds, "
+            "1 judged by the control plane against its thresholds",
+        )
+    ]
+
+
 def test_the_check_process_ends_its_log_with_the_summary():
     ran = check_process("storage", "--params", '{"size_bytes": 1048576}')
 
