@@ -1,8 +1,10 @@
 """The fleet overview in real headless Chromium: sign-in, the heatmap drawn from the fleet stream and
 redrawn as samples arrive, an XID 79 outlining its node and reaching the failures feed."""
 
+import re
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 
 import pytest
 from playwright.sync_api import Page, expect
@@ -10,11 +12,13 @@ from playwright.sync_api import Page, expect
 from apps.dashboard import messages
 from apps.failures.events import record_events
 from apps.inventory.models import Node
-from apps.telemetry.models import LatestGpuSample
+from apps.telemetry.models import LatestGpuSample, NodeMinuteRollup
 from tests import factories
 from tests.dashboard.conftest import group_send, off_the_loop, screenshot
 from tests.dashboard.test_live_stream import ALL_GPU_FIELDS, fleet_update, sample_at
 from tests.failures.conftest import events, xid
+from tests.telemetry.conftest import rollup
+from tests.telemetry.test_api_fleet_telemetry import gpu
 
 pytestmark = pytest.mark.browser
 
@@ -157,6 +161,41 @@ def test_the_fleet_page_reads_in_dark_mode_and_on_a_4k_wall_screen(open_page, vi
     background = page.evaluate("getComputedStyle(document.body).backgroundColor")
     assert background == "rgb(15, 18, 22)"
     screenshot(page, "fleet-4k-dark")
+
+
+# What the page's canvases write, in order (uPlot draws its axes' labels with fillText).
+RECORD_CANVAS_TEXT = """window.cpCanvasText = [];
+const fillText = CanvasRenderingContext2D.prototype.fillText;
+CanvasRenderingContext2D.prototype.fillText = function (text, ...rest) {
+  window.cpCanvasText.push(String(text));
+  return fillText.call(this, text, ...rest);
+};"""
+
+
+def test_the_fleet_chart_never_repeats_a_time_label(open_page, viewer, fleet):
+    # Five minutes of history: uPlot's own choice was a tick every 30 s, and the hour-and-minute
+    # labels came in pairs ("04:41 04:41 04:42 04:42").
+    minute = datetime.now(tz=UTC).replace(second=0, microsecond=0)
+    off_the_loop(
+        lambda: NodeMinuteRollup.objects.bulk_create(
+            rollup(NodeMinuteRollup, fleet[0], minute - timedelta(minutes=back), {0: gpu(util=90.0, power=600.0)})
+            for back in range(1, 6)
+        )
+    )
+    page = open_page(viewer, "/")
+    page.add_init_script(RECORD_CANVAS_TEXT)
+    page.reload()
+    wait_for_first_render(page)
+
+    def time_labels() -> list[str]:
+        return [t for t in page.evaluate("() => window.cpCanvasText") if re.fullmatch(r"\d\d:\d\d", t)]
+
+    deadline = time.monotonic() + 10
+    while len(time_labels()) < 2:
+        assert time.monotonic() < deadline, "the chart drew no time axis"
+        page.wait_for_timeout(100)
+    labels = time_labels()
+    assert not [a for a, b in pairwise(labels) if a == b], labels
 
 
 def test_with_no_nodes_the_page_says_how_to_start(open_page, viewer):

@@ -7,7 +7,7 @@ import { Heatmap, METRICS, heatmapTheme } from "./heatmap.js";
 import { TIMINGS_KEPT } from "./live.js";
 import { cssVar, drawLegend } from "./scale.js";
 import { settings as staleSettings } from "./stale.js";
-import { chartTimeOptions, formatTick, formatWhen, staleWords, timeHtml } from "./when.js";
+import { MINUTE_TICKS, chartTimeOptions, formatTick, formatWhen, staleWords, timeHtml } from "./when.js";
 
 // The layout and scale tops (the server holds them as text: apps/dashboard/fleet_layout.py) and the prices.
 const page = {
@@ -120,7 +120,7 @@ async function makeChart(container) {
     ],
     scales: { "%": { range: [0, 100] }, kW: { range: (_, min, max) => [0, Math.max(1, max * 1.15)] } },
     axes: [
-      { stroke: cssVar("--muted"), grid: { stroke: cssVar("--border") }, values: (_, ticks) => ticks.map((t) => formatTick(new Date(t * 1000))) },
+      { stroke: cssVar("--muted"), grid: { stroke: cssVar("--border") }, incrs: MINUTE_TICKS, values: (_, ticks) => ticks.map((t) => formatTick(new Date(t * 1000))) },
       { scale: "%", stroke: cssVar("--muted"), grid: { stroke: cssVar("--border") }, values: (_, ticks) => ticks.map((t) => `${t} %`) },
       { scale: "kW", side: 1, stroke: cssVar("--muted"), grid: { show: false }, values: (_, ticks) => ticks.map((t) => `${t} kW`) },
     ],

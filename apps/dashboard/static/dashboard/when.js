@@ -70,6 +70,10 @@ export function formatFull(date) {
   return current().full.format(date);
 }
 
+/** The steps (seconds) a chart whose ticks read as the hour and minute may place them at: left to
+ *  itself, uPlot ticks a few minutes of data every 30 s, and each label came twice ("04:41 04:41"). */
+export const MINUTE_TICKS = [60, 120, 300, 600, 900, 1800, 3600];
+
 /** A chart axis's tick: the hour and minute, or the day for spans of days. */
 export function formatTick(date, days = false) {
   return (days ? current().date : current().clock).format(date);
