@@ -14,6 +14,10 @@ from apps.gateway.models import NodeAgent
 logger = logging.getLogger(__name__)
 
 RETRY_PAUSES_S = (0.1, 0.3, 1.0)  # a process reads its channel's backlog at a few thousand messages a second
+# Sends in flight at once: the layer's pool has 500 connections (controlplane/channel_layers.py), and a
+# sweep's 1,982 frames sent all at once on a loaded machine waited past the pool's 10 s for one
+# ("No connection available"), so the whole delivery failed and went out again only at the next resend.
+SENDS_AT_ONCE = 100
 
 
 def agent_group(node_id: int) -> str:
@@ -71,12 +75,18 @@ def deliver_commands(event: CommandsDispatched) -> None:
 
 
 async def _send_all(messages: list[tuple[str, dict[str, str]]]) -> list[tuple[str, dict[str, str]]]:
-    """Send each ``(channel, message)`` at once; those refused by a full channel again after each pause.
-    Returns those refused every time."""
+    """Send each ``(channel, message)``, ``SENDS_AT_ONCE`` at a time; those refused by a full channel
+    again after each pause. Returns those refused every time."""
     layer = get_channel_layer()
+    room = asyncio.Semaphore(SENDS_AT_ONCE)
+
+    async def send(channel: str, message: dict[str, str]) -> None:
+        async with room:
+            await layer.send(channel, message)
+
     waiting = messages
     for pause in (*RETRY_PAUSES_S, None):
-        results = await asyncio.gather(*(layer.send(channel, m) for channel, m in waiting), return_exceptions=True)
+        results = await asyncio.gather(*(send(channel, m) for channel, m in waiting), return_exceptions=True)
         if failed := next((r for r in results if isinstance(r, Exception) and not isinstance(r, ChannelFull)), None):
             raise failed
         waiting = [sent for sent, result in zip(waiting, results, strict=True) if isinstance(result, ChannelFull)]
