@@ -79,31 +79,13 @@ CommandReport = protocol.CommandStarted | protocol.CommandUpdate | protocol.Comm
 
 
 def store_command_reports(reports: Sequence[tuple[int, CommandReport]]) -> list[protocol.ProtocolError | None]:
-    """Agents' reports about their nodes' commands, each ``(node id, report)``, stored in one
-    transaction (apps/jobs); the starts, a thousand at once when a run begins, in a few queries for all.
-    Each report's refusal, or None: a key that is not one of the node's commands is refused with
-    ProtocolError("invalid") naming it."""
-    refusals: list[protocol.ProtocolError | None] = [None] * len(reports)
-    starts = [(i, (node_id, m)) for i, (node_id, m) in enumerate(reports) if isinstance(m, protocol.CommandStarted)]
-    with transaction.atomic():
-        for (i, (_, message)), unknown in zip(
-            starts, command_reports.commands_started([report for _, report in starts]), strict=True
-        ):
-            refusals[i] = _refusal(unknown, message)
-        for i, (node_id, message) in enumerate(reports):
-            try:
-                match message:
-                    case protocol.CommandUpdate():
-                        command_reports.command_update(node_id, message)
-                    case protocol.CommandResult():
-                        command_reports.command_result(node_id, message)
-            except command_reports.UnknownCommand as exc:
-                refusals[i] = _refusal(exc, message)
-    return refusals
-
-
-def _refusal(unknown: Exception | None, message: CommandReport) -> protocol.ProtocolError | None:
-    return None if unknown is None else protocol.ProtocolError("invalid", str(unknown), key=message.key)
+    """Agents' reports about their nodes' commands, each ``(node id, report)``, stored in order in one
+    transaction (apps/jobs); a thousand at once in a few queries. Each report's refusal, or None: a key
+    that is not one of the node's commands is refused with ProtocolError("invalid") naming it."""
+    return [
+        None if unknown is None else protocol.ProtocolError("invalid", str(unknown), key=message.key)
+        for (_, message), unknown in zip(reports, command_reports.store_reports(reports), strict=True)
+    ]
 
 
 store_command_report = Batched(store_command_reports)

@@ -26,8 +26,57 @@ class UnknownCommand(Exception):
     """A report about a key that is not one of this node's commands."""
 
 
+Report = protocol.CommandStarted | protocol.CommandUpdate | protocol.CommandResult
+
+
+def store_reports(reports: Sequence[tuple[int, Report]]) -> list[UnknownCommand | None]:
+    """Many agents' reports, each ``(node id, report)``, applied in order in one transaction; each
+    report's refusal (an unknown key) or None, in order.
+
+    A thousand agents answer one command within a second or two, each with its start, its progress
+    and log lines and its result. Applied one report at a time, each was a lookup of its command and
+    an update, and the starts of the agents at the back of the queue waited seconds behind them. So
+    the starts are applied together (``commands_started``), the other reports' commands are looked up
+    in one query, and of one command's progress lines in the batch only the last is written (each
+    replaces the one before it)."""
+    refusals: list[UnknownCommand | None] = [None] * len(reports)
+    starts = [(i, (node_id, m)) for i, (node_id, m) in enumerate(reports) if isinstance(m, protocol.CommandStarted)]
+    others = [(i, node_id, m) for i, (node_id, m) in enumerate(reports) if not isinstance(m, protocol.CommandStarted)]
+    with transaction.atomic():
+        if starts:
+            for (i, _), unknown in zip(starts, commands_started([start for _, start in starts]), strict=True):
+                refusals[i] = unknown
+        found = _commands_named({(node_id, message.key) for _, node_id, message in others})
+        last_progress = {
+            (node_id, message.key): i
+            for i, node_id, message in others
+            if isinstance(message, protocol.CommandUpdate) and isinstance(message.line, protocol.CheckProgress)
+        }
+        for i, node_id, message in others:
+            command = found.get((node_id, message.key))
+            if command is None:
+                refusals[i] = _unknown(message.key)
+            elif isinstance(message, protocol.CommandResult):
+                _apply_result(command, message)
+            elif not isinstance(message.line, protocol.CheckProgress) or last_progress[(node_id, message.key)] == i:
+                _apply_update(command, message)
+    return refusals
+
+
 def command_started(node_id: int, message: protocol.CommandStarted) -> None:
-    if (refused := commands_started([(node_id, message)])[0]) is not None:
+    _store_one(node_id, message)
+
+
+def command_update(node_id: int, message: protocol.CommandUpdate) -> None:
+    _store_one(node_id, message)
+
+
+def command_result(node_id: int, message: protocol.CommandResult) -> None:
+    _store_one(node_id, message)
+
+
+def _store_one(node_id: int, message: Report) -> None:
+    if (refused := store_reports([(node_id, message)])[0]) is not None:
         raise refused
 
 
@@ -66,8 +115,8 @@ def commands_started(reports: Sequence[tuple[int, protocol.CommandStarted]]) -> 
     return refusals
 
 
-def command_update(node_id: int, message: protocol.CommandUpdate) -> None:
-    command = _command(node_id, message.key)
+def _apply_update(command: Command, message: protocol.CommandUpdate) -> None:
+    node_id = command.node_id
     line = message.line
     if isinstance(line, protocol.CheckProgress):
         changed = Command.objects.filter(pk=command.pk, state__in=COMMAND_ACTIVE).update(
@@ -84,11 +133,11 @@ def command_update(node_id: int, message: protocol.CommandUpdate) -> None:
     announce(CommandChanged(command.pk, command.run_id, node_id, "log"))
 
 
-def command_result(node_id: int, message: protocol.CommandResult) -> None:
+def _apply_result(command: Command, message: protocol.CommandResult) -> None:
     """Store how the command ended and end it (succeeded, failed, or cancelled when the agent stopped it
     on a cancel); then its run is judged and its node advanced (a task). A command already ended by a
     cancel or its deadline keeps its state, gains what the agent had, and stops being asked about."""
-    command = _command(node_id, message.key)
+    node_id = command.node_id
     state, reason = judge(message, command)
     fields = {
         "outcome": message.outcome,
@@ -154,11 +203,13 @@ def _last(message: protocol.CommandResult) -> str:
     return lines[-1][:500] if lines else message.detail or "no output"
 
 
-def _command(node_id: int, key: str) -> Command:
-    command = Command.objects.filter(node_id=node_id, key=key).only("run_id", "time_limit_s", "started_at").first()
-    if command is None:
-        raise _unknown(key)
-    return command
+def _commands_named(named: set[tuple[int, str]]) -> dict[tuple[int, str], Command]:
+    """The commands of these ``(node id, key)``, one query; a key of another node's command is not found."""
+    if not named:
+        return {}
+    commands = Command.objects.filter(key__in={key for _, key in named}).order_by()
+    fields = commands.only("run_id", "node_id", "key", "time_limit_s", "started_at")
+    return {(c.node_id, c.key): c for c in fields if (c.node_id, c.key) in named}
 
 
 def _unknown(key: str) -> UnknownCommand:

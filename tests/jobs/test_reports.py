@@ -2,6 +2,8 @@
 the outcome judged in words, and a key that is not the reporting node's refused."""
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from agents import protocol
 from apps.core import events
@@ -159,3 +161,28 @@ def test_a_runs_starts_from_many_agents_are_stored_in_the_same_few_queries(
     assert [started_at[c.pk].timestamp() for c in commands] == pytest.approx([T + i for i in range(6)])
     assert set(run.commands.values_list("state", flat=True)) == {CommandState.RUNNING}
     assert sorted(event.command_id for event in heard) == sorted(c.pk for c in commands)
+
+
+def test_of_a_commands_progress_lines_in_one_batch_only_the_last_is_written(
+    make_nodes, heard, django_assert_num_queries
+):
+    nodes = make_nodes(3)
+    run = launch(nodes, [Step("health")])
+    commands = list(run.commands.order_by("node_id"))
+    for command in commands:
+        started(command)
+    heard.clear()
+
+    def progress(command: Command, step: int) -> tuple[int, protocol.CommandUpdate]:
+        line = protocol.CheckProgress(check="health", fraction=step / 10, step=f"step {step}")
+        return command.node_id, protocol.CommandUpdate(key=command.key, line=line)
+
+    with CaptureQueriesContext(connection) as one_line_each:
+        reports.store_reports([progress(c, 1) for c in commands])
+    # The earlier lines are replaced, not written: the queries of one line each.
+    with django_assert_num_queries(len(one_line_each)):
+        refusals = reports.store_reports([progress(c, step) for step in range(2, 7) for c in commands])
+
+    assert refusals == [None] * 15
+    assert set(run.commands.values_list("fraction", "step")) == {(0.6, "step 6")}
+    assert sorted(event.command_id for event in heard) == sorted(c.pk for c in commands * 2)
