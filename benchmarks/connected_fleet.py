@@ -8,6 +8,7 @@ import os
 import secrets
 import subprocess
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -87,7 +88,8 @@ def connected_fleet(
 ) -> Iterator[Fleet]:
     """The control plane with ``workers`` uvicorn processes, its Celery tasks queued (not run eagerly),
     ``companions`` (commands run beside it with its environment: a Celery worker, beat), and the fleet,
-    every agent connected. On the way out the agents close their sockets before anything stops."""
+    every agent connected and its first inventory applied. On the way out the agents close their
+    sockets before anything stops."""
     server = Server(workers)
     server.env.pop("CELERY_TASK_ALWAYS_EAGER", None)
     server.start()
@@ -103,6 +105,8 @@ def connected_fleet(
             print(f"agent connections lost meanwhile: {dict(lost)} (load {machine_load()})", flush=True)
             raise
         print(f"{args.nodes} agents connected in {connect_s:.1f} s (load {machine_load()})", flush=True)
+        discovered_s = wait_until_discovered(database.node_ids, timeout_s=max(60.0, args.nodes / 5))
+        print(f"their inventories applied {discovered_s:.1f} s later (load {machine_load()})", flush=True)
         yield fleet
     finally:
         stop_gently(fleet)
@@ -111,3 +115,17 @@ def connected_fleet(
         for companion in started:
             companion.wait(timeout=60)
         server.stop()
+
+
+def wait_until_discovered(node_ids: list[int], timeout_s: float) -> float:
+    """Seconds until every node's first inventory is applied: what is measured on the fleet starts on a
+    settled fleet, not beside a thousand first discoveries (tens of queries each, on the server's
+    inventory thread), which a fleet connected for long has behind it."""
+    from apps.gateway.models import NodeAgent
+
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        if NodeAgent.objects.filter(node_id__in=node_ids, inventory_at__isnull=False).count() == len(node_ids):
+            return time.monotonic() - started
+        time.sleep(0.5)
+    raise SystemExit(f"not every agent's inventory was applied within {timeout_s:g} s")

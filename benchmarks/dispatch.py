@@ -1,6 +1,7 @@
 """The issue's dispatch figures: ``--nodes`` simulated agents (``cp-agent simulate``, each a real
 WebSocket client) connected to the control plane (uvicorn on a scratch PostgreSQL and Redis), and one
-command sent to all of them, ``--rounds`` times.
+command sent to all of them, ``--rounds`` times, once every agent is connected and its first
+inventory applied (benchmarks/connected_fleet.py).
 
 Each round measures two ways of getting one ``health`` command to every agent, until every agent has
 acknowledged it (its ``CommandStarted`` stored: the command's row is running or over):
