@@ -6,7 +6,6 @@ import json
 import re
 from datetime import date
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 from django.test import Client
@@ -18,8 +17,6 @@ from apps.inventory.models import Node
 from tests import factories
 from tests.dashboard.test_fleet_mirror import Clock
 from tests.dashboard.test_pages_runs import page, queries
-
-STATIC = Path(__file__).resolve().parents[2] / "apps/dashboard/static/dashboard"
 
 
 @pytest.fixture
@@ -104,28 +101,6 @@ def test_the_fleet_page_embeds_the_layout_and_says_what_its_shell_cost(nodes):
     client = Client()
     client.force_login(viewer)
     assert re.fullmatch(r"shell;dur=\d+\.\d", client.get("/")["Server-Timing"])
-
-
-def imported_modules(*entries: str) -> set[str]:
-    """The dashboard modules that ``entries`` import, directly or through others, and the worker
-    scripts they start (not the chart library, which the page imports after its first render)."""
-    found, todo = set(), list(entries)
-    while todo:
-        text = (STATIC / todo.pop()).read_text()
-        for name in re.findall(r'(?:from|new URL\()\s*"\./([\w-]+\.js)"', text):
-            if name not in found:
-                found.add(name)
-                todo.append(name)
-    return found
-
-
-def test_the_fleet_page_asks_for_every_module_its_first_render_needs_as_its_html_arrives(nodes):
-    viewer = User.objects.create_user("vic", role="viewer")
-    head = page(viewer, "/").split("</head>")[0]
-    preloaded = set(re.findall(r'<link rel="modulepreload" href="/static/dashboard/([\w-]+\.js)">', head))
-    needed = imported_modules("fleet.js", "times.js", "running-jobs.js")
-    assert {"heatmap.js", "fleet-worker.js", "fleet-summary.js", "scale.js"} <= needed
-    assert needed | {"fleet.js", "times.js"} <= preloaded
 
 
 def test_a_server_process_compiles_every_dashboard_template_before_its_first_page():
