@@ -49,4 +49,31 @@ def test_the_runs_list_counts_the_nodes_that_failed_a_burn_in_whose_commands_all
     html = run_page("/runs/")
 
     row = html[html.index(f'<tr data-run="{burn_in.run_id}"') :]
-    assert '<span class="verdict fail">· 1 node failed the burn-in</span>' in row[: row.index("</tr>")]
+    row = row[: row.index("</tr>")]
+    assert '<span class="verdict fail">· 1 node failed the burn-in</span>' in row
+    assert "Succeeded" not in row
+    assert '<span class="pill run-finished-failed"' in row
+    assert "Finished: 1 of 3 nodes failed</span>" in row
+
+
+def test_a_burn_ins_run_page_says_it_finished_with_failed_nodes_not_succeeded(fleet):
+    sim = fleet(2, "sim-001:straggler:gpu3")
+    burn_in = sim.burn_in("quick")
+    sim.answer()
+
+    html = run_page(f"/runs/{burn_in.run_id}/")
+
+    state = html[html.index('id="run-state"') :]
+    assert state[state.index(">") + 1 : state.index("</span>")] == "Finished: 1 of 2 nodes failed"
+    assert 'class="pill run-finished-failed"' in html
+    assert "run-succeeded" not in html
+
+
+def test_a_burn_in_whose_every_node_passed_still_reads_succeeded(fleet):
+    sim = fleet(2)
+    burn_in = sim.burn_in("quick")
+    sim.answer()
+
+    html = run_page(f"/runs/{burn_in.run_id}/")
+
+    assert '<span class="pill run-succeeded" id="run-state">Succeeded</span>' in html
