@@ -1,0 +1,44 @@
+"""Layout at a laptop's 1366x768 in real headless Chromium: wide tables scroll inside their card, not
+the page, and nothing is cut off at the window's right edge."""
+
+from playwright.sync_api import Page, expect
+
+from apps.inventory.models import Gpu, Node
+from apps.telemetry.models import LatestGpuSample
+from tests.dashboard.conftest import off_the_loop, screenshot
+from tests.dashboard.node_data import node_with_history
+
+LAPTOP = (1366, 768)
+
+
+def page_scrolls_sideways(page: Page) -> bool:
+    return page.evaluate("document.documentElement.scrollWidth > document.documentElement.clientWidth")
+
+
+def busy_node() -> Node:
+    """A node whose GPU rows are as wide as they get: every clock event reason, a recovery action, and
+    a serial and model on every GPU."""
+    node = node_with_history(transitions=0)
+    LatestGpuSample.objects.filter(node=node).update(throttle_reasons=0x1FF, recovery_action=2)
+    Gpu.objects.filter(node=node).update(serial="1654922012345", model="NVIDIA H100 80GB HBM3 (SXM5)")
+    return node
+
+
+def test_a_node_pages_gpu_table_fits_its_card_or_scrolls_inside_it_at_1366(open_page, viewer):
+    node = off_the_loop(busy_node)
+    page = open_page(viewer, f"/nodes/{node.pk}/", viewport=LAPTOP)
+    table = page.locator("#gpus table.gpus")
+    expect(table.locator("tbody tr")).to_have_count(8)
+    screenshot(page, "node-gpus-1366")
+
+    box = page.evaluate(
+        """() => {
+        const card = document.querySelector('#gpus'), wrap = card.querySelector('.table-wide');
+        const c = card.getBoundingClientRect(), w = wrap.getBoundingClientRect();
+        return {card: c.right, wrap: w.right, table: card.querySelector('table').getBoundingClientRect().right};
+    }"""
+    )
+    assert not page_scrolls_sideways(page)
+    assert box["card"] <= LAPTOP[0]
+    assert box["wrap"] <= box["card"]
+    assert box["table"] <= box["wrap"] + 0.5, "the GPU table runs past its card's right edge"
