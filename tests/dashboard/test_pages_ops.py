@@ -174,6 +174,14 @@ def test_the_topology_shows_each_leaf_with_its_nodes(viewer_user, gpu_node):
     assert "node links: " in html
 
 
+@pytest.mark.parametrize("severity", ["critical", "error", "warning"])
+def test_the_topology_legend_explains_every_alarm_outline_a_chip_can_show(viewer_user, gpu_node, severity):
+    factories.cable_node_to_leaf(gpu_node, factories.switch(factories.fabric(gpu_node.cluster)))
+    html = page(viewer_user, "/topology/")
+    legend = html[html.index('<div class="legend">') :]
+    assert f'<span class="node-chip legend-chip" data-severity="{severity}"></span>' in legend[: legend.index("</div>")]
+
+
 def test_the_topology_costs_the_same_queries_whatever_the_fleet_and_its_readings(
     viewer_user, gpu_node, django_assert_num_queries
 ):
