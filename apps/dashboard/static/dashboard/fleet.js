@@ -119,10 +119,11 @@ async function makeChart(container) {
       { label: "Power", stroke: cssVar("--error"), width: 1.5, scale: "kW", value: (_, v) => (v === null ? "–" : `${v.toFixed(1)} kW`) },
     ],
     scales: { "%": { range: [0, 100] }, kW: { range: (_, min, max) => [0, Math.max(1, max * 1.15)] } },
+    // uPlot's default 50 px y axes clipped "100 %" and "0.8 kW" at the chart's edges.
     axes: [
       { stroke: cssVar("--muted"), grid: { stroke: cssVar("--border") }, incrs: MINUTE_TICKS, values: (_, ticks) => ticks.map((t) => formatTick(new Date(t * 1000))) },
-      { scale: "%", stroke: cssVar("--muted"), grid: { stroke: cssVar("--border") }, values: (_, ticks) => ticks.map((t) => `${t} %`) },
-      { scale: "kW", side: 1, stroke: cssVar("--muted"), grid: { show: false }, values: (_, ticks) => ticks.map((t) => `${t} kW`) },
+      { scale: "%", size: 60, stroke: cssVar("--muted"), grid: { stroke: cssVar("--border") }, values: (_, ticks) => ticks.map((t) => `${t} %`) },
+      { scale: "kW", side: 1, size: 60, stroke: cssVar("--muted"), grid: { show: false }, values: (_, ticks) => ticks.map((t) => `${t} kW`) },
     ],
   };
   return new uPlot(options, series, container);
