@@ -63,19 +63,8 @@ def store_reports(reports: Sequence[tuple[int, Report]]) -> list[UnknownCommand 
     return refusals
 
 
-def command_started(node_id: int, message: protocol.CommandStarted) -> None:
-    _store_one(node_id, message)
-
-
-def command_update(node_id: int, message: protocol.CommandUpdate) -> None:
-    _store_one(node_id, message)
-
-
-def command_result(node_id: int, message: protocol.CommandResult) -> None:
-    _store_one(node_id, message)
-
-
-def _store_one(node_id: int, message: Report) -> None:
+def store_report(node_id: int, message: Report) -> None:
+    """One report of one node, as ``store_reports`` applies it; an unknown key raises ``UnknownCommand``."""
     if (refused := store_reports([(node_id, message)])[0]) is not None:
         raise refused
 

@@ -62,8 +62,8 @@ class Fleet:
                 self.now += 1
                 self.collectors[node_id].sample(self.now)
                 result = simulate_check(self.collectors[node_id], message.check, message.params, now=self.now)
-                reports.command_started(node_id, protocol.CommandStarted(key=message.key, started=self.now))
-                reports.command_result(
+                reports.store_report(node_id, protocol.CommandStarted(key=message.key, started=self.now))
+                reports.store_report(
                     node_id,
                     protocol.CommandResult(
                         key=message.key,

@@ -157,7 +157,7 @@ def test_a_cancelled_run_exits_3_and_the_cancel_is_audited(cpctl, fleet):
 
 def log(command: Command, level: str, message: str) -> None:
     line = protocol.CheckLog(check="health", level=level, message=message)
-    reports.command_update(command.node_id, protocol.CommandUpdate(key=command.key, line=line))
+    reports.store_report(command.node_id, protocol.CommandUpdate(key=command.key, line=line))
 
 
 def test_it_prints_a_runs_log_lines_and_follows_them_until_the_run_is_over(cpctl, fleet):

@@ -12,14 +12,14 @@ T = time.time()  # a time of the agent's clock (the server's), for reports whose
 def started(command: Command, *, repeat: bool = False, at: float | None = None) -> None:
     """The agent started it now (``at``: then), by its clock, which is the server's."""
     message = protocol.CommandStarted(key=command.key, started=at or time.time(), repeat=repeat)
-    reports.command_started(command.node_id, message)
+    reports.store_report(command.node_id, message)
 
 
 def finished(command: Command, exit_code: int | None = 0, **fields: object) -> None:
     fields = {"outcome": "exited", "started": T, "finished": T + 5, **fields}
     if fields["outcome"] == "exited":
         fields["exit_code"] = exit_code
-    reports.command_result(command.node_id, protocol.CommandResult(key=command.key, **fields))  # type: ignore[arg-type]
+    reports.store_report(command.node_id, protocol.CommandResult(key=command.key, **fields))  # type: ignore[arg-type]
 
 
 def failed_compute(gpu: int = 3, measured: float = 612.0) -> protocol.CheckResult:

@@ -116,7 +116,7 @@ def test_a_viewer_reads_runs_with_counts_and_progress(viewer, make_nodes):
     run = launch(nodes, [Step("health"), Step("storage")])
     command = run.commands.get(node=nodes[0], sequence=0)
     started(command)
-    reports.command_update(command.node_id, progress_line(command.key, 0.5))
+    reports.store_report(command.node_id, progress_line(command.key, 0.5))
 
     listed = viewer.get("/api/v1/runs").json()["results"]
     detail = viewer.get(f"/api/v1/runs/{run.pk}").json()
@@ -170,7 +170,7 @@ def test_the_runs_log_is_followed_with_after(viewer, make_nodes):
     run = launch([a, b], [Step("compute")])
     for command in run.commands.all():
         for number in range(2):
-            reports.command_update(command.node_id, log_line(command.key, f"{command.node.hostname} line {number}"))
+            reports.store_report(command.node_id, log_line(command.key, f"{command.node.hostname} line {number}"))
     finished(run.commands.get(node=a))
 
     lines = viewer.get(f"/api/v1/runs/{run.pk}/logs").json()

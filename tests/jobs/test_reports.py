@@ -50,8 +50,8 @@ def test_progress_and_log_lines_are_kept_and_announced(sent, heard):
     progress = protocol.CheckProgress(check="compute", fraction=0.25, step="bf16 on 8 GPUs", message="window 3")
     log = protocol.CheckLog(check="compute", level="warning", message="GPU 3 throttled (thermal)")
 
-    reports.command_update(sent.node_id, protocol.CommandUpdate(key=sent.key, line=progress))
-    reports.command_update(sent.node_id, protocol.CommandUpdate(key=sent.key, line=log))
+    reports.store_report(sent.node_id, protocol.CommandUpdate(key=sent.key, line=progress))
+    reports.store_report(sent.node_id, protocol.CommandUpdate(key=sent.key, line=log))
 
     command = reload(sent)
     assert (command.fraction, command.step, command.progress_message) == (0.25, "bf16 on 8 GPUs", "window 3")
@@ -63,7 +63,7 @@ def test_log_lines_past_the_limit_are_counted_not_kept(sent, monkeypatch):
     monkeypatch.setattr(CommandLogLine, "MAX_LOG_LINES", 2)
     for number in range(5):
         line = protocol.CheckLog(check="compute", level="info", message=f"line {number}")
-        reports.command_update(sent.node_id, protocol.CommandUpdate(key=sent.key, line=line))
+        reports.store_report(sent.node_id, protocol.CommandUpdate(key=sent.key, line=line))
 
     assert list(sent.log_lines.values_list("message", flat=True)) == ["line 0", "line 1"]
     assert reload(sent).log_lines_dropped == 3
@@ -135,9 +135,9 @@ def test_a_report_about_another_nodes_command_is_refused(sent, make_nodes):
     (other,) = make_nodes(1)
 
     with pytest.raises(reports.UnknownCommand, match="was sent to this node"):
-        reports.command_started(other.pk, protocol.CommandStarted(key=sent.key, started=T))
+        reports.store_report(other.pk, protocol.CommandStarted(key=sent.key, started=T))
     with pytest.raises(reports.UnknownCommand):
-        reports.command_started(sent.node_id, protocol.CommandStarted(key="not-a-key", started=T))
+        reports.store_report(sent.node_id, protocol.CommandStarted(key="not-a-key", started=T))
     assert reload(sent).state == CommandState.SENT
 
 
