@@ -150,6 +150,11 @@ class Stack:
         """The command keys the stand-in ran, once a line per run."""
         return [line.split()[0] for line in self.marker.read_text().splitlines()] if self.marker.exists() else []
 
+    def liveness(self) -> str:
+        """Each part's state, for a failure's message: running, or the exit status it died with."""
+        states = {name: launched.process.poll() for name, launched in self.processes.items()}
+        return ", ".join(f"{name} {'running' if code is None else f'exited {code}'}" for name, code in states.items())
+
     def output(self, name: str) -> str:
         launched = self.processes.get(name)
         return launched.output[-4000:] if launched else ""

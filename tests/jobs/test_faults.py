@@ -59,7 +59,9 @@ def wait_for(stack: Stack, what: str, condition: Callable[[], Any], timeout: flo
             commands = stack.get_or_none("/api/v1/commands?limit=1000") or {"results": []}
             states = [(c["node"]["hostname"], c["sequence"], c["state"], c["attempts"]) for c in commands["results"]]
             parts = "\n".join(f"--- {name}:\n{stack.output(name)}" for name in stack.processes)
-            pytest.fail(f"not {what} after {timeout} s; commands {states}; ran {stack.runs()}\n{parts}")
+            pytest.fail(
+                f"not {what} after {timeout} s; {stack.liveness()}; commands {states}; ran {stack.runs()}\n{parts}"
+            )
         time.sleep(0.25)
     return result
 
