@@ -175,6 +175,7 @@ BURNIN_SWEEP_S = env_int("BURNIN_SWEEP_S", 30, minimum=5)
 
 # Celery: the broker on Redis, a queue for each app's tasks, beat's schedule (controlplane/settings_celery.py).
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
+CELERY_BROKER_TRANSPORT = settings_celery.broker_transport(CELERY_BROKER_URL)
 CELERY_BROKER_TRANSPORT_OPTIONS = settings_celery.broker_transport_options()
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True

@@ -25,6 +25,12 @@ TASK_ROUTES = {
 }
 
 
+def broker_transport(broker_url: str) -> str | None:
+    """kombu's Redis transport with the repair in controlplane/broker.py, for a redis:// broker. A rediss://
+    or another broker keeps kombu's own (its scheme picks it, and rediss:// its TLS defaults)."""
+    return "controlplane.broker:Transport" if broker_url.startswith("redis://") else None
+
+
 def broker_transport_options() -> dict[str, Any]:
     return {
         # Every Redis key and channel of the broker starts with this, so that installations can share one
