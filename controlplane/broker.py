@@ -1,26 +1,30 @@
 """Celery's Redis transport, with one repair: a worker that loses Redis reconnects instead of exiting.
 
-On a lost broker connection the worker's consumer first *collects* the connection (closes its channels
-and drops the transport's client) and then closes it again. When the first close of the consumer's
-channel failed half way, with Redis gone and task messages taken but not yet acknowledged (every
-``acks_late`` task in flight, all of apps/jobs), the second close tries to give those messages back
-through a transport that has no client any more. kombu then raises ``AttributeError`` (no ``hostname``
-on ``None``) where a connection error was expected, the consumer treats it as unrecoverable, and the
-worker exits with status 1 (seen under tests/jobs/test_faults.py on celery and kombu 5.7.0).
+On a lost broker connection the worker's consumer *collects* the connection (its transport drops its
+client) and then closes it. Anything that still reaches Redis through a channel of that transport, the
+close giving back task messages taken and not yet acknowledged (every ``acks_late`` task in flight,
+all of apps/jobs) or a task that finishes and acknowledges its message, builds a new Redis pool from
+the transport's client, which is ``None`` by then. kombu raises ``AttributeError`` (no ``hostname`` on
+``None``) where it and Celery handle connection errors, the consumer calls it unrecoverable, and the
+worker exits with status 1 (seen under tests/jobs/test_faults.py, celery and kombu 5.7.0).
 
-Such a channel can reach Redis no more: this one closes without giving them back. They are not lost: Redis gives a
-message back to the queue once its visibility timeout passes (settings_celery.py), and the jobs
+Here such a channel raises the connection error it is: the close goes on, the acknowledgement is logged
+as failed, and the consumer reconnects. The messages are not lost: Redis gives each back to its queue
+once its visibility timeout passes (settings_celery.py), a task done twice is idempotent, and the jobs
 sweep sends what a command still needs before that, because the intent is a row, not the message.
 """
 
+from typing import Any
+
 from kombu.transport import redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 
 class Channel(redis.Channel):
-    def close(self) -> None:
-        if self.connection is not None and self.connection.client is None:
-            self.do_restore = False
-        super().close()
+    def _connparams(self, asynchronous: bool = False) -> dict[str, Any]:
+        if self.connection.client is None:
+            raise RedisConnectionError("this channel's connection to the broker was closed")
+        return super()._connparams(asynchronous=asynchronous)
 
 
 class Transport(redis.Transport):

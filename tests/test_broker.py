@@ -1,7 +1,9 @@
-"""controlplane/broker.py: the Celery worker's Redis transport closes a channel whose transport lost its
-client (the state a worker's consumer reaches after losing Redis with acks_late tasks in flight) instead
-of raising, and the message it held is not lost: Redis gives it back after the visibility timeout."""
+"""controlplane/broker.py: on the Celery worker's Redis transport, a channel whose transport lost its client
+(the state a worker's consumer leaves after losing Redis with acks_late tasks in flight) fails as a
+connection error, which kombu and Celery handle, and the message it held is not lost: Redis gives it
+back after the visibility timeout."""
 
+import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -40,42 +42,57 @@ def held(queue: Queue, prefix: str) -> Iterator[Connection]:
                                   declare=[queue])  # fmt: skip
     message = connection.default_channel.basic_get(queue.name, no_ack=False)
     assert message is not None
+    channel = connection.default_channel
     yield connection
+    channel.do_restore = False  # the message is in Redis either way; no second give-back as the process exits
     with connect(redis.Transport, prefix) as cleanup:
         cleanup.default_channel.queue_purge(queue.name)
         cleanup.default_channel.client.delete(f"{prefix}unacked", f"{prefix}unacked_index")
 
 
 def lose_client(connection: Connection) -> redis.Channel:
-    """What the consumer's collect() leaves behind when the first close failed half way: a channel still
-    open on a transport whose client is gone."""
+    """What the worker's consumer leaves behind once it collected the connection after losing Redis: a
+    channel holding a message, its Redis pools let go, on a transport whose client is gone."""
     channel = connection.default_channel
+    channel._disconnect_pools()
     channel.connection.client = None
     return channel
 
 
-def test_a_channel_whose_transport_lost_its_client_closes_and_its_message_comes_back(held, queue, prefix):
+def close(connection: Connection, channel: redis.Channel) -> None:
+    """As the consumer closes the collected connection (kombu's Connection.close)."""
+    connection.maybe_close_channel(channel)
+
+
+def acknowledge(connection: Connection, channel: redis.Channel) -> None:
+    """As an acks_late task that finishes after the connection was lost acknowledges its message."""
+    message = next(iter(channel.qos._delivered.values()))
+    message.ack_log_error(logging.getLogger(__name__), connection.connection_errors)
+
+
+@pytest.mark.parametrize("reach_redis", [close, acknowledge])
+def test_a_channel_whose_transport_lost_its_client_fails_as_a_connection_error(held, queue, prefix, reach_redis):
     channel = lose_client(held)
 
-    channel.close()  # kombu's own Channel raises AttributeError here (the next test)
+    reach_redis(held, channel)  # kombu's own channel raises AttributeError here (the next test)
 
-    assert channel.closed
     time.sleep(VISIBILITY_TIMEOUT_S + 0.5)
     with connect(broker.Transport, prefix) as again:
         again.default_channel.qos.restore_visible()
         back = again.default_channel.basic_get(queue.name, no_ack=True)
-    assert back is not None
+    assert back is not None, "the message was lost"
     assert back.decode() == {"command": 7}
 
 
-def test_kombus_own_channel_still_raises_there(held):
+@pytest.mark.parametrize("reach_redis", [close, acknowledge])
+def test_kombus_own_channel_still_raises_there(held, reach_redis):
     """The reason controlplane/broker.py exists. When this fails, kombu is repaired: remove the module and
     CELERY_BROKER_TRANSPORT."""
     channel = lose_client(held)
     channel.__class__ = redis.Channel
 
     with pytest.raises(AttributeError, match="hostname"):
-        channel.close()
+        reach_redis(held, channel)
 
 
 def test_the_repaired_transport_serves_redis_urls_only():
