@@ -83,6 +83,7 @@ def test_the_runs_page_starts_a_burn_in_of_a_cluster_or_of_picked_nodes(open_pag
     form = page.locator("#burn-in-dialog")
     expect(form.locator("#burn-in-node-picker option")).to_have_text(["gpu-001 (new)", "gpu-002 (drained)"])
     expect(form.locator("#burn-in-cluster")).to_have_text("lab: 2 nodes can start")
+    expect(form.locator("#burn-in-unlisted")).to_have_count(0)
     screenshot(page, "burn-in-form-runs")
     form.locator("#burn-in-cluster").select_option("lab")  # choosing a cluster chooses "every node of"
     expect(form.locator("#burn-in-on-cluster")).to_be_checked()
@@ -90,6 +91,18 @@ def test_the_runs_page_starts_a_burn_in_of_a_cluster_or_of_picked_nodes(open_pag
 
     expect(page.locator("h1")).to_contain_text("burn-in: Quick of lab")
     assert off_the_loop(burn_ins) == [("quick", ["gpu-001", "gpu-002"], True)]
+
+
+def test_the_runs_page_picker_says_how_many_nodes_it_could_not_list(open_page, operator, monkeypatch):
+    monkeypatch.setattr("apps.dashboard.views.burnins.MAX_NODES_PER_RUN", 1)  # a run's most, 5,000 in truth
+    off_the_loop(lab)
+    page = open_page(operator, "/runs/")
+    page.locator("#start-burn-in").click()
+    form = page.locator("#burn-in-dialog")
+
+    expect(form.locator("#burn-in-node-picker option")).to_have_text(["gpu-001 (new)"])
+    expect(form.locator("#burn-in-unlisted")).to_contain_text("1 more node can start one but is not listed")
+    expect(form.locator("#burn-in-cluster")).to_have_text("lab: 2 nodes can start")
 
 
 def a_second_cluster() -> None:

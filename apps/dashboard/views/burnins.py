@@ -53,13 +53,18 @@ def burn_in_form(*, pick_nodes: bool, on: str = "The selected nodes") -> dict[st
         {"name": s.name, "title": s.title, "description": s.description, "steps": [step_words(x) for x in s.steps]}
         for s in Suite.objects.order_by("-builtin", "name")
     ]
-    clusters = Cluster.objects.annotate(startable=Count("nodes", filter=Q(nodes__lifecycle__in=STARTS_FROM)))
+    startable = Cluster.objects.annotate(startable=Count("nodes", filter=Q(nodes__lifecycle__in=STARTS_FROM)))
+    clusters = list(startable.order_by("name").values("name", "startable"))
+    nodes = pickable_nodes() if pick_nodes else None
     return {
         "on": on,
         "suites": suites,
         "default_suite": DEFAULT_SUITE,
-        "clusters": list(clusters.order_by("name").values("name", "startable")),
-        "nodes": pickable_nodes() if pick_nodes else None,
+        "clusters": clusters,
+        "nodes": nodes,
+        # Nodes that can start one but are past the picker's MAX_NODES_PER_RUN (the form says how many).
+        "nodes_unlisted": sum(c["startable"] for c in clusters) - len(nodes) if nodes is not None else 0,
+        "max_nodes": MAX_NODES_PER_RUN,
         # What the picker filters its nodes by (node-picker.js): the states they can start from.
         "lifecycles": [(choice.value, choice.label) for choice in Lifecycle if choice in STARTS_FROM],
         "deadlines": DEADLINES,
