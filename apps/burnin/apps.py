@@ -16,7 +16,7 @@ class BurninConfig(AppConfig):
         from apps.inventory.actions import performs
         from apps.inventory.models import Cluster
 
-        events.subscribe(events.CommandChanged, subscribers.command_changed)
+        events.subscribe(events.CommandsChanged, subscribers.commands_changed)
         events.subscribe(events.NodeChanged, subscribers.node_changed)
         post_save.connect(subscribers.cluster_saved, sender=Cluster, dispatch_uid="burnin.cluster_breaker")
         registry.register(metrics.collect)  # each cluster's quarantine breaker

@@ -1,11 +1,12 @@
-"""What the burn-ins hear (registered in apps.py), each a query and at most a task queued: subscribers
-run on the thread that committed (the gateway's, often), so the work itself is the tasks'."""
+"""What the burn-ins hear (registered in apps.py), each a query and at most a task queued whatever the
+event's size: subscribers run on the thread that committed (the gateway's, often), so the work itself
+is the tasks'."""
 
 from django.conf import settings
 
 from apps.burnin import tasks
 from apps.burnin.models import QuarantineBreaker
-from apps.core.events import CommandChanged, NodeChanged
+from apps.core.events import CommandsChanged, NodeChanged
 from apps.inventory.choices import Lifecycle, Liveness
 from apps.inventory.models import Cluster, Node
 from apps.jobs import queue
@@ -13,12 +14,13 @@ from apps.jobs.choices import COMMAND_FINAL
 from apps.jobs.models import Command
 
 
-def command_changed(event: CommandChanged) -> None:
-    """A burn-in's command ended: hand its snapshot on and judge its node (a task)."""
+def commands_changed(event: CommandsChanged) -> None:
+    """Burn-ins' commands ended: hand their snapshots on and judge their nodes (one task for them all)."""
     if event.change != "state":
         return
-    if Command.objects.filter(pk=event.command_id, state__in=COMMAND_FINAL, run__burn_in__isnull=False).exists():
-        queue.send(tasks.command_over, (event.command_id,))
+    ended = Command.objects.filter(pk__in=event.command_ids, state__in=COMMAND_FINAL, run__burn_in__isnull=False)
+    if over := sorted(ended.values_list("pk", flat=True)):
+        queue.send(tasks.commands_over, (over,))
 
 
 def node_changed(event: NodeChanged) -> None:

@@ -1,6 +1,7 @@
 """The burn-ins' Celery tasks, on the ``jobs`` queue beside the runs they follow; like the jobs' tasks
-(apps/jobs/tasks.py, whose options they share) each takes an id and calls a plain function that claims
-its rows, so a task delivered twice does its work once, and the sweep does whatever a lost one left."""
+(apps/jobs/tasks.py, whose options they share) each takes an id (or a batch's ids) and calls a plain
+function that claims its rows, so a task delivered twice does its work once, and the sweep does
+whatever a lost one left."""
 
 from celery import shared_task
 from django.utils import timezone
@@ -10,8 +11,10 @@ from apps.jobs.tasks import DURABLE
 
 
 @shared_task(**DURABLE)
-def command_over(command_id: int) -> bool:
-    return outcomes.command_over(command_id, timezone.now()) is not None
+def commands_over(command_ids: list[int]) -> int:
+    """How many nodes were judged now."""
+    now = timezone.now()
+    return sum(outcomes.command_over(command_id, now) is not None for command_id in command_ids)
 
 
 @shared_task(**DURABLE)

@@ -36,11 +36,11 @@ That is how the subscribers still to come will listen:
 
 An event is a frozen dataclass here: ids and the few facts a subscriber needs to decide whether it
 cares, not rows (a subscriber reads the committed state). Runs and commands (apps/jobs) announce
-``RunChanged`` and ``CommandChanged`` (a command's state, progress or a log line) for the dashboard's
-progress bars and a run's log to follow, and ``CommandsDispatched``, the frames the gateway carries.
-Burn-ins (apps/burnin) announce ``QuarantineBreakerChanged`` when a cluster's quarantine breaker
-opens or closes; they listen to ``CommandChanged`` (to judge a node whose steps are over) and to
-``NodeChanged`` (to burn in a new node when its agent first comes online).
+``RunChanged`` and ``CommandsChanged`` (commands' states, progress or log lines, a batch at a time)
+for the dashboard's progress bars and a run's log to follow, and ``CommandsDispatched``, the frames
+the gateway carries. Burn-ins (apps/burnin) announce ``QuarantineBreakerChanged`` when a cluster's
+quarantine breaker opens or closes; they listen to ``CommandsChanged`` (to judge nodes whose steps
+are over) and to ``NodeChanged`` (to burn in a new node when its agent first comes online).
 
 This module imports no app: every layer above it may announce and subscribe.
 """
@@ -126,17 +126,37 @@ class RunChanged(DomainEvent):
 CommandChange = Literal["started", "state", "progress", "log"]
 
 
-@dataclass(frozen=True, slots=True)
-class CommandChanged(DomainEvent):
-    """A command of a run started on its node's agent, changed state otherwise (it ended, mostly), made
-    progress or wrote a log line (apps/jobs). The dashboard's progress bars and a run's log follow
-    these; the row (and its log lines) hold the values. A start is told apart because a thousand come
-    at once when a run begins, and those that wait for a command's end (burn-ins) need not look."""
-
+class ChangedCommand(NamedTuple):
     command_id: int
     run_id: int
     node_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class CommandsChanged(DomainEvent):
+    """Commands of runs started on their nodes' agents, changed state otherwise (they ended, mostly),
+    made progress or wrote log lines (apps/jobs). The dashboard's progress bars and a run's log follow
+    these; the rows (and their log lines) hold the values.
+
+    One event for all the commands that changed the same way in one transaction: a thousand agents
+    answer one run together, their reports are stored in batches, and a subscriber that looked at each
+    command's end on its own (a query, a task) held the next batch's acknowledgements back for seconds
+    (benchmarks/dispatch.py). A start is told apart because a thousand come at once when a run begins,
+    and those that wait for a command's end (burn-ins) need not look."""
+
     change: CommandChange
+    commands: tuple[ChangedCommand, ...]
+
+    def __repr__(self) -> str:
+        return f"CommandsChanged({self.change!r}, {len(self.commands)} commands)"
+
+    @property
+    def command_ids(self) -> list[int]:
+        return [command.command_id for command in self.commands]
+
+    @property
+    def run_ids(self) -> set[int]:
+        return {command.run_id for command in self.commands}
 
 
 class AgentFrame(NamedTuple):

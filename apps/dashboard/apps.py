@@ -17,4 +17,4 @@ class DashboardConfig(AppConfig):
         events.subscribe(events.NodeChanged, live_streams.changes.node_changed)
         events.subscribe(events.FailureChanged, live_streams.changes.failure_changed)
         events.subscribe(events.RunChanged, live_streams.changes.run_changed)
-        events.subscribe(events.CommandChanged, live_streams.changes.command_changed)
+        events.subscribe(events.CommandsChanged, live_streams.changes.commands_changed)

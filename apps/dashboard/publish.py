@@ -11,8 +11,8 @@ and ``FailureChanged`` events (apps/core/events.py; subscribed in apps/dashboard
 Messages (channel layer ``type`` → consumer handler): ``node.state`` {node, state: {field: value}},
 ``failure.update`` {node, failure: {...}, state: {alarms, severity}}, ``run.update`` {run, summary}.
 
-- ``ChangePublisher.run_changed`` / ``command_changed``: a run started or ended, or one of its commands
-  changed state, made progress or wrote a log line (apps/jobs). The run's summary
+- ``ChangePublisher.run_changed`` / ``commands_changed``: a run started or ended, or some of its
+  commands changed state, made progress or wrote log lines (apps/jobs). The run's summary
   (apps/dashboard/streams.py ``run_summary``) goes to ``runs``.
 
 Events arrive once their transaction has committed, and the subscriber only notes them and returns:
@@ -40,7 +40,7 @@ from typing import Any
 
 from django.db import close_old_connections
 
-from apps.core.events import CommandChanged, FailureChanged, NodeChanged, RunChanged
+from apps.core.events import CommandsChanged, FailureChanged, NodeChanged, RunChanged
 from apps.core.process import DatabaseThread, ProcessPart
 from apps.dashboard import streams
 from apps.dashboard.live import MAX_CONCURRENT_SENDS
@@ -94,10 +94,15 @@ class ChangePublisher(ProcessPart):
     def failure_changed(self, event: FailureChanged) -> None:
         self._note(("failure", event.failure_id), lambda: self._failure_messages(event.failure_id))
 
-    def run_changed(self, event: RunChanged | CommandChanged) -> None:
-        self._note(("run", event.run_id), lambda: self._run_messages(event.run_id))
+    def run_changed(self, event: RunChanged) -> None:
+        self._note_run(event.run_id)
 
-    command_changed = run_changed
+    def commands_changed(self, event: CommandsChanged) -> None:
+        for run_id in event.run_ids:
+            self._note_run(run_id)
+
+    def _note_run(self, run_id: int) -> None:
+        self._note(("run", run_id), lambda: self._run_messages(run_id))
 
     def flush(self) -> None:
         """Wait until everything noted so far is sent (or given up on)."""

@@ -116,17 +116,12 @@ def _claim_sends(pks: Sequence[int], now: datetime) -> list[Command]:
         return [command for pk in pks for command in _claim_sends([pk], now)]
 
 
-def queue_follow_up(command: Command) -> None:
-    """A command is over: once that is committed, judge its run and advance its node (a task)."""
-    queue.command_finished(command.pk)
-
-
-def command_finished(command_id: int, now: datetime) -> None:
-    command = Command.objects.filter(pk=command_id).only("run_id", "node_id").first()
-    if command is None:
-        return
-    judge_runs([command.run_id], now)
-    advance_nodes([command.node_id], now)
+def commands_finished(command_ids: Sequence[int], now: datetime) -> None:
+    """Commands are over: judge their runs and send their nodes what they may take next."""
+    ended = list(Command.objects.filter(pk__in=list(command_ids)).values_list("run_id", "node_id"))
+    runs, nodes = {run_id for run_id, _ in ended}, {node_id for _, node_id in ended}
+    judge_runs(sorted(runs), now)
+    advance_nodes(sorted(nodes), now)
 
 
 # What an agent is told when it connects -------------------------------------------------------
@@ -258,7 +253,7 @@ def judge_runs(run_ids: Sequence[int], now: datetime) -> list[Run]:
     reason naming what did not. Audited and announced; a run judged already is left alone."""
     judged = []
     # A run with a command still open is passed over before its commands are counted: every command's
-    # end asks (command_finished), and counting all of a 1,000-node run's commands at each of its
+    # end asks (commands_finished), and counting all of a 1,000-node run's commands at each of its
     # thousands of ends is quadratic in the run's size; finding one open command stops at the first.
     over = [pk for pk in run_ids if not Command.objects.filter(run_id=pk, state__in=COMMAND_OPEN).exists()]
     for run in Run.objects.filter(pk__in=over, state=RunState.RUNNING).with_counts():

@@ -21,7 +21,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agents import protocol
-from apps.core.events import AgentFrame, CommandChanged, CommandsDispatched, RunChanged, announce
+from apps.core.events import AgentFrame, ChangedCommand, CommandsChanged, CommandsDispatched, RunChanged, announce
 from apps.inventory.models import Node
 from apps.jobs import queue
 from apps.jobs.choices import (
@@ -285,7 +285,7 @@ class Command(models.Model):
             if not self.stop(CommandState.CANCELLED, _cancel_reason(actor, reason), timezone.now()):
                 self.refresh_from_db()
                 raise IllegalRunChange(f"{self} is {self.get_state_display().lower()}; there is nothing to cancel.")
-            queue.command_finished(self.pk)  # its run may be over now, and its node free for the next
+            queue.commands_finished([self.pk])  # its run may be over now, and its node free for the next
 
     def stop(self, to: str, reason: str, now: datetime) -> bool:
         """End an open command as cancelled or expired. One the agent has is also asked to stop there
@@ -306,7 +306,7 @@ class Command(models.Model):
             self.stop_requested_at = now if had_it else None
             if had_it:
                 send_frames([], [self])
-            announce(CommandChanged(self.pk, self.run_id, self.node_id, "state"))
+            announce(CommandsChanged("state", (ChangedCommand(self.pk, self.run_id, self.node_id),)))
         return True
 
 

@@ -6,6 +6,7 @@ launched a run, or a gateway consumer that stored a result, never fails for want
 """
 
 import logging
+from collections.abc import Sequence
 from functools import partial
 
 from celery import Task, current_app
@@ -21,25 +22,31 @@ def start_run(run_id: int) -> None:
     _after_commit("start_run", run_id)
 
 
-def command_finished(command_id: int) -> None:
-    _after_commit("command_finished", command_id)
+def commands_finished(command_ids: Sequence[int]) -> None:
+    """One task for all the commands that ended in a transaction: a batch of a thousand agents' results
+    queued a task each, a Redis round trip each on the gateway's database thread."""
+    if command_ids:
+        _after_commit("commands_finished", list(command_ids))
 
 
 def advance_node(node_id: int) -> None:
     _after_commit("advance_node", node_id)
 
 
-def _after_commit(task_name: str, *args: int) -> None:
+TaskArguments = tuple[int | list[int], ...]  # ids: a task takes ids, never rows
+
+
+def _after_commit(task_name: str, *args: int | list[int]) -> None:
     transaction.on_commit(partial(_send, task_name, args))
 
 
-def _send(task_name: str, args: tuple[int, ...]) -> None:
+def _send(task_name: str, args: TaskArguments) -> None:
     # By name from Celery's registry (JobsConfig.ready registers the tasks): the tasks module imports
     # the modules that queue them, so importing it here would close a circle.
     send(current_app.tasks[f"apps.jobs.tasks.{task_name}"], args)
 
 
-def send(task: Task, args: tuple[int, ...]) -> None:
+def send(task: Task, args: TaskArguments) -> None:
     """Queue ``task`` now, or log and leave it to a sweep when the broker is away (the apps built on
     runs, apps/burnin, queue theirs through here too)."""
     try:

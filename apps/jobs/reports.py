@@ -1,21 +1,23 @@
 """What agents report about their commands, as the gateway hands it in (apps/gateway/sinks.py): started,
-progress and log lines, and how each ended. Each report is applied with a conditional update on the
-state it finds, so a repeat (the agent answers every resend) changes nothing twice.
+progress and log lines, and how each ended. Each report is applied to the state its command's row is
+in, read and locked in the report's transaction, so a repeat (the agent answers every resend) changes
+nothing twice.
 
 A report names its command by key; a key that is not one of the reporting node's commands is refused
 (``UnknownCommand``), never applied to another node's row.
 """
 
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
 import msgspec
 from django.db import transaction
-from django.db.models import Case, F, Value, When
+from django.db.models import Case, Count, F, IntegerField, Value, When
 
 from agents import protocol
-from apps.core.events import CommandChanged, announce
-from apps.jobs import dispatch
+from apps.core.events import ChangedCommand, CommandChange, CommandsChanged, announce
+from apps.jobs import queue
 from apps.jobs.choices import COMMAND_ACTIVE, CommandOutcome, CommandState
 from apps.jobs.models import Command, CommandLogLine
 
@@ -34,32 +36,25 @@ def store_reports(reports: Sequence[tuple[int, Report]]) -> list[UnknownCommand 
     report's refusal (an unknown key) or None, in order.
 
     A thousand agents answer one command within a second or two, each with its start, its progress
-    and log lines and its result. Applied one report at a time, each was a lookup of its command and
-    an update, and the starts of the agents at the back of the queue waited seconds behind them. So
-    the starts are applied together (``commands_started``), the other reports' commands are looked up
-    in one query, and of one command's progress lines in the batch only the last is written (each
-    replaces the one before it)."""
+    and log lines and its result. Applied one report at a time, each was a lookup of its command, an
+    update or two and a commit, each ended command a task queued and a subscriber's query, and the
+    starts of the agents at the back of the queue waited seconds behind them (benchmarks/dispatch.py).
+    So a batch is applied in the same few queries whatever its size: its commands read and locked at
+    once (in key order, commands only), each report played in order against what was read, then each
+    kind of change written in one statement, announced in one event, and the ended commands' follow-up
+    queued as one task. Of one command's progress lines only the last before its result is written
+    (each replaces the one before it)."""
     refusals: list[UnknownCommand | None] = [None] * len(reports)
-    starts = [(i, (node_id, m)) for i, (node_id, m) in enumerate(reports) if isinstance(m, protocol.CommandStarted)]
-    others = [(i, node_id, m) for i, (node_id, m) in enumerate(reports) if not isinstance(m, protocol.CommandStarted)]
     with transaction.atomic():
-        if starts:
-            for (i, _), unknown in zip(starts, commands_started([start for _, start in starts]), strict=True):
-                refusals[i] = unknown
-        found = _commands_named({(node_id, message.key) for _, node_id, message in others})
-        last_progress = {
-            (node_id, message.key): i
-            for i, node_id, message in others
-            if isinstance(message, protocol.CommandUpdate) and isinstance(message.line, protocol.CheckProgress)
-        }
-        for i, node_id, message in others:
-            command = found.get((node_id, message.key))
+        commands = _commands_locked({(node_id, message.key) for node_id, message in reports})
+        batch = _Batch()
+        for i, (node_id, message) in enumerate(reports):
+            command = commands.get((node_id, message.key))
             if command is None:
                 refusals[i] = _unknown(message.key)
-            elif isinstance(message, protocol.CommandResult):
-                _apply_result(command, message)
-            elif not isinstance(message.line, protocol.CheckProgress) or last_progress[(node_id, message.key)] == i:
-                _apply_update(command, message)
+            else:
+                batch.play(command, message)
+        batch.write()
     return refusals
 
 
@@ -69,83 +64,109 @@ def store_report(node_id: int, message: Report) -> None:
         raise refused
 
 
-def commands_started(reports: Sequence[tuple[int, protocol.CommandStarted]]) -> list[UnknownCommand | None]:
-    """Many agents' ``CommandStarted``, in three queries whatever their number: a thousand agents
-    acknowledge one run's commands within a second, and one lookup, update and commit each queued
-    them behind each other on the gateway's database thread for seconds. Each report's refusal (an
-    unknown key), or None, in order; the started ones are announced once committed."""
-    keys = {message.key for _, message in reports}  # unique: a key names one node's command
-    found = {(c.node_id, c.key): c for c in Command.objects.filter(key__in=keys).only("run_id", "node_id", "key")}
-    starts = {}
-    refusals: list[UnknownCommand | None] = []
-    for node_id, message in reports:
-        command = found.get((node_id, message.key))
-        refusals.append(None if command is not None else _unknown(message.key))
-        if command is not None:
-            starts.setdefault(command.pk, (command, _time(message.started)))  # the first of repeats
-    with transaction.atomic():
-        # In key order, and not the model's default order, which joins the nodes to sort by hostname
-        # and so locked the nodes' rows too: the bookkeeper's liveness UPDATE of the same nodes
-        # deadlocked with a fleet's acknowledgements (benchmarks/dispatch.py at 100 agents).
-        sent = list(
-            Command.objects.select_for_update()
-            .filter(pk__in=starts, state=CommandState.SENT)
-            .order_by("pk")
-            .values_list("pk", flat=True)
-        )
-        if sent:
-            Command.objects.filter(pk__in=sent).update(
+class _Batch:
+    """A batch's reports played in order against its commands' rows as read (and locked), as applying
+    them one after another would change them; ``write`` then stores what changed, a statement a kind."""
+
+    def __init__(self) -> None:
+        self.started: dict[int, Command] = {}
+        self.progress: dict[int, Command] = {}
+        self.log_lines: defaultdict[int, list[CommandLogLine]] = defaultdict(list)
+        self.ended: dict[int, Command] = {}
+        self.stopped: dict[int, Command] = {}  # cancelled or expired meanwhile: what the agent had is kept
+        self.commands: dict[int, Command] = {}
+
+    def play(self, command: Command, message: Report) -> None:
+        self.commands[command.pk] = command
+        match message:
+            case protocol.CommandStarted() if command.state == CommandState.SENT:
+                command.state, command.started_at = CommandState.RUNNING, _time(message.started)
+                self.started[command.pk] = command
+            case protocol.CommandUpdate(line=protocol.CheckProgress() as line) if command.state in COMMAND_ACTIVE:
+                command.fraction, command.step, command.progress_message = line.fraction, line.step, line.message
+                self.progress[command.pk] = command
+            case protocol.CommandUpdate(line=protocol.CheckLog() as line):
+                self.log_lines[command.pk].append(
+                    CommandLogLine(command=command, level=line.level, message=line.message)
+                )
+            case protocol.CommandResult() if command.state in COMMAND_ACTIVE:
+                state, reason = judge(message, command)
+                _take_result(command, message)
+                command.state, command.reason, command.fraction = state, reason[:2000], 1.0
+                command.finished_at = _time(message.finished)
+                self.ended[command.pk] = command
+            case protocol.CommandResult() if command.stop_requested_at is not None:
+                _take_result(command, message)
+                command.stop_requested_at = None
+                self.stopped[command.pk] = command
+            # Otherwise a repeat (a start of a command started, a result of one ended), or progress of one over.
+
+    def write(self) -> None:
+        if self.started:
+            Command.objects.filter(pk__in=self.started).update(
                 state=CommandState.RUNNING,
-                started_at=Case(*(When(pk=pk, then=Value(starts[pk][1])) for pk in sent)),
+                started_at=Case(*(When(pk=pk, then=Value(c.started_at)) for pk, c in self.started.items())),
             )
-        for pk in sent:
-            command = starts[pk][0]
-            announce(CommandChanged(pk, command.run_id, command.node_id, "started"))
-    return refusals
+        if self.progress:
+            Command.objects.bulk_update(self.progress.values(), ["fraction", "step", "progress_message"])
+        logged = self._write_log_lines()
+        if self.ended:
+            Command.objects.bulk_update(self.ended.values(), [*RESULT_FIELDS, *ENDING_FIELDS])
+        if self.stopped:
+            Command.objects.bulk_update(self.stopped.values(), [*RESULT_FIELDS, "stop_requested_at"])
+        changes: dict[CommandChange, Iterable[int]] = {
+            "started": self.started,
+            "progress": self.progress,
+            "log": logged,
+            "state": self.ended,
+        }
+        for change, pks in changes.items():
+            _announce(change, [self.commands[pk] for pk in pks])
+        # Once committed: their runs judged and their nodes sent what comes next, one task for them all.
+        queue.commands_finished(list(self.ended))
 
-
-def _apply_update(command: Command, message: protocol.CommandUpdate) -> None:
-    node_id = command.node_id
-    line = message.line
-    if isinstance(line, protocol.CheckProgress):
-        changed = Command.objects.filter(pk=command.pk, state__in=COMMAND_ACTIVE).update(
-            fraction=line.fraction, step=line.step, progress_message=line.message
+    def _write_log_lines(self) -> list[int]:
+        """Keep the lines of each command up to its ``MAX_LOG_LINES``, count the rest; the commands that
+        kept any."""
+        if not self.log_lines:
+            return []
+        kept = dict(
+            CommandLogLine.objects.filter(command_id__in=self.log_lines)
+            .order_by()
+            .values("command_id")
+            .annotate(lines=Count("pk"))
+            .values_list("command_id", "lines")
         )
-        if changed:
-            announce(CommandChanged(command.pk, command.run_id, node_id, "progress"))
-        return
-    with transaction.atomic():
-        if command.log_lines.count() >= CommandLogLine.MAX_LOG_LINES:
-            Command.objects.filter(pk=command.pk).update(log_lines_dropped=F("log_lines_dropped") + 1)
-            return
-        CommandLogLine.objects.create(command=command, level=line.level, message=line.message)
-    announce(CommandChanged(command.pk, command.run_id, node_id, "log"))
-
-
-def _apply_result(command: Command, message: protocol.CommandResult) -> None:
-    """Store how the command ended and end it (succeeded, failed, or cancelled when the agent stopped it
-    on a cancel); then its run is judged and its node advanced (a task). A command already ended by a
-    cancel or its deadline keeps its state, gains what the agent had, and stops being asked about."""
-    node_id = command.node_id
-    state, reason = judge(message, command)
-    fields = {
-        "outcome": message.outcome,
-        "exit_code": message.exit_code,
-        "result": msgspec.to_builtins(message.result) if message.result is not None else None,
-        "output": message.output,
-        "started_at": _time(message.started) if message.started is not None else command.started_at,
-    }
-    with transaction.atomic():
-        ended = Command.objects.filter(pk=command.pk, state__in=COMMAND_ACTIVE).update(
-            state=state, finished_at=_time(message.finished), reason=reason[:2000], fraction=1.0, **fields
-        )
-        if not ended:  # cancelled or expired meanwhile, or a repeat of a result already stored
-            Command.objects.filter(pk=command.pk, stop_requested_at__isnull=False).update(
-                stop_requested_at=None, **fields
+        keeping, dropped = [], {}
+        for pk, lines in self.log_lines.items():
+            room = max(0, CommandLogLine.MAX_LOG_LINES - kept.get(pk, 0))
+            keeping += lines[:room]
+            if len(lines) > room:
+                dropped[pk] = len(lines) - room
+        CommandLogLine.objects.bulk_create(keeping)
+        if dropped:
+            Command.objects.filter(pk__in=dropped).update(
+                log_lines_dropped=F("log_lines_dropped")
+                + Case(*(When(pk=pk, then=Value(n)) for pk, n in dropped.items()), output_field=IntegerField())
             )
-            return
-        announce(CommandChanged(command.pk, command.run_id, node_id, "state"))
-        dispatch.queue_follow_up(command)
+        return [pk for pk, lines in self.log_lines.items() if pk not in dropped or len(lines) > dropped[pk]]
+
+
+RESULT_FIELDS = ("outcome", "exit_code", "result", "output", "started_at")
+ENDING_FIELDS = ("state", "reason", "fraction", "finished_at")
+
+
+def _take_result(command: Command, message: protocol.CommandResult) -> None:
+    """What the agent had, kept on the row whatever the command's state (``RESULT_FIELDS``)."""
+    command.outcome, command.exit_code, command.output = message.outcome, message.exit_code, message.output
+    command.result = msgspec.to_builtins(message.result) if message.result is not None else None
+    if message.started is not None:
+        command.started_at = _time(message.started)
+
+
+def _announce(change: CommandChange, commands: Sequence[Command]) -> None:
+    if commands:
+        announce(CommandsChanged(change, tuple(ChangedCommand(c.pk, c.run_id, c.node_id) for c in commands)))
 
 
 def judge(message: protocol.CommandResult, command: Command) -> tuple[str, str]:
@@ -192,12 +213,13 @@ def _last(message: protocol.CommandResult) -> str:
     return lines[-1][:500] if lines else message.detail or "no output"
 
 
-def _commands_named(named: set[tuple[int, str]]) -> dict[tuple[int, str], Command]:
-    """The commands of these ``(node id, key)``, one query; a key of another node's command is not found."""
-    if not named:
-        return {}
-    commands = Command.objects.filter(key__in={key for _, key in named}).order_by()
-    fields = commands.only("run_id", "node_id", "key", "time_limit_s", "started_at")
+def _commands_locked(named: set[tuple[int, str]]) -> dict[tuple[int, str], Command]:
+    """The commands of these ``(node id, key)``, read and locked in one query; a key of another node's
+    command is not found. Locked in key order, and not the model's default order, which joins the
+    nodes to sort by hostname and so locked the nodes' rows too: the bookkeeper's liveness UPDATE of
+    the same nodes deadlocked with a fleet's acknowledgements (benchmarks/dispatch.py at 100 agents)."""
+    commands = Command.objects.select_for_update().filter(key__in={key for _, key in named}).order_by("pk")
+    fields = commands.only("run_id", "node_id", "key", "state", "time_limit_s", "started_at", "stop_requested_at")
     return {(c.node_id, c.key): c for c in fields if (c.node_id, c.key) in named}
 
 

@@ -1,5 +1,6 @@
-"""The jobs' Celery tasks, on the ``jobs`` queue (settings: CELERY_TASK_ROUTES). Each takes an id, and
-the work is a plain function in dispatch.py that claims its rows with conditional updates.
+"""The jobs' Celery tasks, on the ``jobs`` queue (settings: CELERY_TASK_ROUTES). Each takes an id (or
+the ids of a batch: the commands a batch of agents' results ended), and the work is a plain function
+in dispatch.py that claims its rows with conditional updates.
 
 That is what makes them safe to deliver twice, so they are ``acks_late``: the broker keeps a task's
 message until the task has run, and a worker killed halfway (kill -9, OOM, a lost host) leaves it to
@@ -34,8 +35,8 @@ def start_run(run_id: int) -> bool:
 
 
 @shared_task(**DURABLE)
-def command_finished(command_id: int) -> None:
-    dispatch.command_finished(command_id, timezone.now())
+def commands_finished(command_ids: list[int]) -> None:
+    dispatch.commands_finished(command_ids, timezone.now())
 
 
 @shared_task(**DURABLE)

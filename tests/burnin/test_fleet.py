@@ -117,11 +117,11 @@ def test_a_pass_leaves_a_drained_node_in_burn_in_when_asked_to(fleet):
 def test_the_sweep_judges_a_node_whose_judging_task_was_lost(fleet):
     sim = fleet(1)
     sim.burn_in("quick")
-    events.unsubscribe(events.CommandChanged, subscribers.command_changed)  # every judging task lost
+    events.unsubscribe(events.CommandsChanged, subscribers.commands_changed)  # every judging task lost
     try:
         sim.answer()
     finally:
-        events.subscribe(events.CommandChanged, subscribers.command_changed)
+        events.subscribe(events.CommandsChanged, subscribers.commands_changed)
     assert BurnInNode.objects.get().state == NodeState.TESTING
 
     assert outcomes.sweep(timezone.now()) == 1

@@ -113,4 +113,4 @@ def judge_second_node_passed(run: Run) -> None:
         state=NodeState.PASSED, outcome=Outcome.IN_SERVICE, reason="Every check passed."
     )
     command = Command.objects.get(run=run, node__hostname="gpu-002", check_name="health")
-    events.announce(events.CommandChanged(command.pk, run.pk, command.node_id, "progress"))
+    events.announce(events.CommandsChanged("progress", (events.ChangedCommand(command.pk, run.pk, command.node_id),)))

@@ -169,7 +169,9 @@ async def test_a_commands_progress_reaches_the_runs_group_as_the_runs_summary(re
 
     def progress() -> None:
         Command.objects.filter(pk=command.pk).update(fraction=0.9)
-        events.announce(events.CommandChanged(command.pk, run.pk, command.node_id, "progress"))
+        events.announce(
+            events.CommandsChanged("progress", (events.ChangedCommand(command.pk, run.pk, command.node_id),))
+        )
 
     await sync_to_async(progress)()
     message = await receive(channel)
@@ -204,7 +206,7 @@ def test_a_run_page_follows_progress_live_and_an_operator_cancels_a_command_then
     def progress() -> None:
         Command.objects.filter(pk=command.pk).update(fraction=0.9, step="fp16")
         CommandLogLine.objects.create(command=command, level="info", message="fp16 started")
-        events.announce(events.CommandChanged(command.pk, run.pk, command.node_id, "log"))
+        events.announce(events.CommandsChanged("log", (events.ChangedCommand(command.pk, run.pk, command.node_id),)))
 
     off_the_loop(progress)
     expect(page.locator("#run-percent")).to_have_text("48 %")  # (1 + 0.9) / 4

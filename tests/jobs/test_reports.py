@@ -1,13 +1,15 @@
 """What agents report about their commands: each report applied once however often it is repeated,
 the outcome judged in words, and a key that is not the reporting node's refused."""
 
+from typing import NamedTuple
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agents import protocol
 from apps.core import events
-from apps.jobs import reports
+from apps.jobs import queue, reports
 from apps.jobs.choices import CommandState
 from apps.jobs.models import Command, CommandLogLine, Step
 from tests.jobs.conftest import launch
@@ -23,12 +25,22 @@ def sent(make_nodes) -> Command:
     return run.commands.get()
 
 
+class Heard(NamedTuple):
+    command_id: int
+    change: events.CommandChange
+
+
 @pytest.fixture
 def heard():
-    received: list[events.CommandChanged] = []
-    events.subscribe(events.CommandChanged, received.append)
+    """Each command of each ``CommandsChanged`` announced, with its change."""
+    received: list[Heard] = []
+
+    def hear(event: events.CommandsChanged) -> None:
+        received.extend(Heard(command.command_id, event.change) for command in event.commands)
+
+    events.subscribe(events.CommandsChanged, hear)
     yield received
-    events.unsubscribe(events.CommandChanged, received.append)
+    events.unsubscribe(events.CommandsChanged, hear)
 
 
 def reload(command: Command) -> Command:
@@ -141,9 +153,7 @@ def test_a_report_about_another_nodes_command_is_refused(sent, make_nodes):
     assert reload(sent).state == CommandState.SENT
 
 
-def test_a_runs_starts_from_many_agents_are_stored_in_the_same_few_queries(
-    make_nodes, heard, django_assert_num_queries
-):
+def test_a_runs_starts_from_many_agents_are_stored_in_one_batch(make_nodes, heard):
     nodes = make_nodes(6)
     run = launch(nodes, [Step("health")])
     commands = list(run.commands.order_by("node_id"))
@@ -151,8 +161,7 @@ def test_a_runs_starts_from_many_agents_are_stored_in_the_same_few_queries(
     batch += [(nodes[0].pk, protocol.CommandStarted(key=commands[1].key, started=T))]  # another node's key
     batch += [(commands[0].node_id, protocol.CommandStarted(key=commands[0].key, started=T + 9, repeat=True))]
 
-    with django_assert_num_queries(5):  # the lookup; in a transaction, the rows locked and updated
-        refusals = reports.commands_started(batch)
+    refusals = reports.store_reports(batch)
 
     assert refusals[:6] == [None] * 6
     assert refusals[7] is None  # a repeat: the first start is kept
@@ -160,7 +169,49 @@ def test_a_runs_starts_from_many_agents_are_stored_in_the_same_few_queries(
     started_at = dict(run.commands.values_list("pk", "started_at"))
     assert [started_at[c.pk].timestamp() for c in commands] == pytest.approx([T + i for i in range(6)])
     assert set(run.commands.values_list("state", flat=True)) == {CommandState.RUNNING}
-    assert sorted(event.command_id for event in heard) == sorted(c.pk for c in commands)
+    assert sorted(heard) == sorted(Heard(c.pk, "started") for c in commands)
+
+
+def everything_an_agent_says(command: Command) -> list[tuple[int, reports.Report]]:
+    """A simulated health check's reports: started, progress, a log line, the result."""
+    progress = protocol.CheckProgress(check="health", fraction=0.5, step="GPU counters")
+    log = protocol.CheckLog(check="health", level="info", message=f"passed on {command.node_id}")
+    messages: list[reports.Report] = [
+        protocol.CommandStarted(key=command.key, started=T),
+        protocol.CommandUpdate(key=command.key, line=progress),
+        protocol.CommandUpdate(key=command.key, line=log),
+        protocol.CommandResult(key=command.key, outcome="exited", exit_code=0, started=T, finished=T + 1),
+    ]
+    return [(command.node_id, message) for message in messages]
+
+
+def test_many_agents_whole_answers_are_stored_in_the_queries_of_one_agents(make_nodes, heard, monkeypatch):
+    """A thousand agents answer a run within a second or two: their reports, and what follows each
+    command's end, must not cost a query or a task each (benchmarks/dispatch.py)."""
+    nodes = make_nodes(7)
+    one, many = launch(nodes[:1], [Step("health")]), launch(nodes[1:], [Step("health")])
+    queued = []
+    monkeypatch.setattr(queue, "_send", lambda name, args: queued.append((name, args)))
+
+    with CaptureQueriesContext(connection) as of_one:
+        reports.store_reports([report for c in one.commands.all() for report in everything_an_agent_says(c)])
+    with CaptureQueriesContext(connection) as of_many:
+        refusals = reports.store_reports(
+            [report for c in many.commands.all() for report in everything_an_agent_says(c)]
+        )
+
+    assert refusals == [None] * 24
+    assert len(of_many) == len(of_one)
+    commands = list(many.commands.all())
+    assert {(c.state, c.step, c.fraction) for c in commands} == {(CommandState.SUCCEEDED, "GPU counters", 1.0)}
+    assert [c.started_at.timestamp() for c in commands] == pytest.approx([T] * 6)
+    lines = CommandLogLine.objects.filter(command__run=many).values_list("command__node_id", "message")
+    assert sorted(lines) == sorted((c.node_id, f"passed on {c.node_id}") for c in commands)
+    assert sorted(heard[-24:]) == sorted(Heard(c.pk, change) for c in commands for change in CHANGES)
+    assert queued[-1] == ("commands_finished", (sorted(c.pk for c in commands),))  # one task for them all
+
+
+CHANGES = ("started", "progress", "log", "state")
 
 
 def test_of_a_commands_progress_lines_in_one_batch_only_the_last_is_written(
