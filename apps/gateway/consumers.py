@@ -11,9 +11,8 @@ frames) is in guards.py.
 Database work runs off the event loop; per message there is none besides what the message stores:
 liveness, error counts and revocation checks are batched for all connections of the process
 (bookkeeping.py), and so is a connection's work at its start and end (admission.py). An inventory is
-applied, telemetry stored (telemetry_acks.py) and command reports stored (report_queue.py) beside
-the message loop, so that the socket is read, and its pings answered, while they wait for the
-database.
+applied, and telemetry and command reports stored (store_pipeline.py), beside the message loop, so
+that the socket is read, and its pings answered, while they wait for the database.
 """
 
 import asyncio
@@ -35,8 +34,7 @@ from apps.gateway.connection import AgentConnection
 from apps.gateway.discovery import apply_inventory
 from apps.gateway.identity import IdentityConflict, record_conflict
 from apps.gateway.push import agent_group
-from apps.gateway.report_queue import ReportQueue
-from apps.gateway.telemetry_acks import TelemetryAcks
+from apps.gateway.store_pipeline import StorePipeline
 
 logger = logging.getLogger(__name__)
 
@@ -46,12 +44,21 @@ logger = logging.getLogger(__name__)
 # past the agents' 10 s handshake timeout, and those agents came back to do it all again.
 inventory_thread = DatabaseThread("agent-inventory")
 SKEW_REPORT_INTERVAL_S = 60
+# Telemetry frames of one connection on their way into storage: all an agent keeps in flight
+# (agents/transport.py). Its command reports travel on the same socket behind them, and a window of
+# one frame held a fleet's command_started behind its telemetry backlog for most of a minute
+# (dispatch.py at 1,000 agents: 0 of 1,000 acknowledged within 60 s, no socket lost).
+TELEMETRY_IN_FLIGHT = 64
+# Command reports of one connection on their way into storage: an agent answering a fleet's resends
+# sends a few, one relaying a check's log lines a few a second, and the agent itself holds at most
+# 1,000 lines (agents/commands/executor.py).
+REPORTS_IN_FLIGHT = 1000
 
 
 class AgentConsumer(AgentConnection):
     discovery: "asyncio.Task[None] | None" = None  # the inventory being applied
-    telemetry: TelemetryAcks | None = None  # the telemetry frames being stored, from the Hello on
-    reports: ReportQueue | None = None  # the command reports being stored, from the Hello on
+    telemetry: "StorePipeline[protocol.Telemetry, int] | None" = None  # from the Hello on
+    reports: "StorePipeline[sinks.CommandReport, protocol.ProtocolError | None] | None" = None  # from the Hello on
     wall_clock: Callable[[], float] = staticmethod(time.time)  # what an agent's timestamps are checked against
     skew_reported_at: float | None = None
 
@@ -130,11 +137,16 @@ class AgentConsumer(AgentConnection):
         self.stored[stream] = max(self.stored[stream], stored)
         await self._send(protocol.Ack(stream=stream, seq=stored))
 
-    async def _telemetry_stored(self, stored: int) -> None:
-        await self._ack("telemetry", stored)
+    async def _store_telemetry(self, frame: protocol.Telemetry) -> int:
+        return await sinks.store_telemetry(self.node.pk, frame)
 
-    async def _telemetry_failed(self, frame: protocol.Telemetry, error: Exception) -> None:
-        logger.error("Failed to store telemetry %d from %s", frame.seq, self.node.hostname, exc_info=error)
+    async def _telemetry_stored(self, frame: protocol.Telemetry, stored: int | Exception) -> None:
+        """Ack the node's stored seq once the frame's batch is committed (in seq order: batches commit in
+        the order they came), or say the frame failed: the agent sends it again."""
+        if not isinstance(stored, Exception):
+            await self._ack("telemetry", stored)
+            return
+        logger.error("Failed to store telemetry %d from %s", frame.seq, self.node.hostname, exc_info=stored)
         message = "The server failed to handle this message; it is logged."
         await self._reply_error("internal", message, frame.seq, "telemetry")
 
@@ -154,8 +166,15 @@ class AgentConsumer(AgentConnection):
             admission.Arrival(self.node, hello, self.remote_addr, self.connected_at, self.channel_name)
         )
         self.said_hello = True
-        self.telemetry = TelemetryAcks(self.node.pk, stored=self._telemetry_stored, failed=self._telemetry_failed)
-        self.reports = ReportQueue(self.node.pk, refused=self._report_refused, failed=self._report_failed)
+        self.telemetry = StorePipeline(
+            f"telemetry-{self.node.pk}",
+            self._store_telemetry,
+            self._telemetry_stored,
+            max_in_flight=TELEMETRY_IN_FLIGHT,
+        )
+        self.reports = StorePipeline(
+            f"command-reports-{self.node.pk}", self._store_report, self._report_stored, max_in_flight=REPORTS_IN_FLIGHT
+        )
         self.stored: dict[protocol.Stream, int] = {"telemetry": welcomed.telemetry_seq, "events": welcomed.events_seq}
         sinks.forget_stored_seq(self.node.pk)  # an admin may have reset the node's seqs since it was last here
         # One socket per node: a reconnecting agent's half-dead earlier socket (or a second agent
@@ -191,12 +210,20 @@ class AgentConsumer(AgentConnection):
             logger.exception("Failed to apply the inventory of %s", self.node.hostname)
             await self._reply_error("internal", "The server failed to apply this inventory; it is logged.")
 
-    async def _report_refused(self, report: sinks.CommandReport, refusal: protocol.ProtocolError) -> None:
-        await self._reply_error(refusal.code, refusal.message, key=refusal.key or report.key)
+    async def _store_report(self, report: sinks.CommandReport) -> protocol.ProtocolError | None:
+        return await sinks.store_command_report((self.node.pk, report))
 
-    async def _report_failed(self, report: sinks.CommandReport) -> None:
-        message = "The server failed to store this command report; it is logged."
-        await self._reply_error("internal", message, key=report.key)
+    async def _report_stored(
+        self, report: sinks.CommandReport, outcome: protocol.ProtocolError | Exception | None
+    ) -> None:
+        """A report refused (a key not of this node's commands) gets its Error; one the store failed on,
+        an internal Error naming its key (the server asks again about its command)."""
+        if isinstance(outcome, protocol.ProtocolError):
+            await self._reply_error(outcome.code, outcome.message, key=outcome.key or report.key)
+        elif isinstance(outcome, Exception):
+            logger.error("Failed to store %s from %s", type(report).__name__, self.node.hostname, exc_info=outcome)
+            message = "The server failed to store this command report; it is logged."
+            await self._reply_error("internal", message, key=report.key)
 
     # Refusals ----------------------------------------------------------------------------------
 
@@ -237,7 +264,10 @@ class AgentConsumer(AgentConnection):
         if self.discovery is not None and not self.discovery.done():
             self.discovery.cancel()
             await asyncio.gather(self.discovery, return_exceptions=True)
-        if self.telemetry is not None:  # the agent replays what was not acked (telemetry_acks.py)
-            await self.telemetry.drop()
-        if self.reports is not None:  # the server asks again for what is dropped (report_queue.py)
-            await self.reports.drop()
+        # The agent replays telemetry not acked; a command whose start or result was dropped is still
+        # open on its row, so it is sent again after the agent's next Hello (``frames_on_connect``) and,
+        # while unacknowledged, every JOBS_ACK_TIMEOUT_S, and the agent answers from its store without
+        # running it twice. Progress and log lines are not asked for again: best effort on the agent too.
+        for pipeline in (self.telemetry, self.reports):
+            if pipeline is not None:
+                await pipeline.drop()

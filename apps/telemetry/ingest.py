@@ -3,7 +3,7 @@ written in batches (storage.write_batch) on one writer thread.
 
 A consumer acks the agent only with the seq ``submit`` returns, which is durably stored: rows and
 cursor committed together. It awaits each frame's ``submit`` beside its message loop (at most 64
-frames a connection, apps/gateway/telemetry_acks.py; an agent keeps at most 64 in flight), so a slow
+frames a connection, apps/gateway/store_pipeline.py; an agent keeps at most 64 in flight), so a slow
 database slows the agents down (they buffer) instead of growing a queue here without bound.
 
 A batch is flushed 250 ms (``TELEMETRY_FLUSH_INTERVAL_MS``) after its first message arrived, or at

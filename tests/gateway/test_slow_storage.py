@@ -1,4 +1,4 @@
-"""While an agent's telemetry waits for the database, its socket is still read (apps/gateway/telemetry_acks.py):
+"""While an agent's telemetry waits for the database, its socket is still read (apps/gateway/store_pipeline.py):
 uvicorn reads a socket only when the consumer asks for the next frame, and a consumer that awaited each
 frame's store left the agent's pings unanswered until the keepalive timeout closed the socket."""
 

@@ -1,4 +1,4 @@
-"""Command reports are stored beside the agent socket's message loop (apps/gateway/report_queue.py):
+"""Command reports are stored beside the agent socket's message loop (apps/gateway/store_pipeline.py):
 while a report waits for the database, the socket is still read, its pings answered and its telemetry
 acked; reports are stored in the order sent; a refused or failed one still gets its Error; and one
 dropped with its connection is asked for again at the next Hello."""
