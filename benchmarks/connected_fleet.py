@@ -8,7 +8,6 @@ import os
 import secrets
 import subprocess
 import tempfile
-import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ from benchmarks.telemetry_harness import (
     prepare_fleet,
     stop_gently,
     wait_until_connected,
+    wait_until_discovered,
 )
 
 FLEET_DURATION_S = 3600
@@ -115,17 +115,3 @@ def connected_fleet(
         for companion in started:
             companion.wait(timeout=60)
         server.stop()
-
-
-def wait_until_discovered(node_ids: list[int], timeout_s: float) -> float:
-    """Seconds until every node's first inventory is applied: what is measured on the fleet starts on a
-    settled fleet, not beside a thousand first discoveries (tens of queries each, on the server's
-    inventory thread), which a fleet connected for long has behind it."""
-    from apps.gateway.models import NodeAgent
-
-    started = time.monotonic()
-    while time.monotonic() - started < timeout_s:
-        if NodeAgent.objects.filter(node_id__in=node_ids, inventory_at__isnull=False).count() == len(node_ids):
-            return time.monotonic() - started
-        time.sleep(0.5)
-    raise SystemExit(f"not every agent's inventory was applied within {timeout_s:g} s")

@@ -379,6 +379,20 @@ def wait_until_connected(node_ids: list[int], timeout_s: float) -> float:
     raise SystemExit(f"not every agent connected within {timeout_s:g} s")
 
 
+def wait_until_discovered(node_ids: list[int], timeout_s: float) -> float:
+    """Seconds until every node's first inventory is applied: what is measured on the fleet starts on a
+    settled fleet, not beside a thousand first discoveries (tens of queries each, on the server's
+    inventory thread), which a fleet connected for long has behind it."""
+    from apps.gateway.models import NodeAgent
+
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        if NodeAgent.objects.filter(node_id__in=node_ids, inventory_at__isnull=False).count() == len(node_ids):
+            return time.monotonic() - started
+        time.sleep(0.5)
+    raise SystemExit(f"not every agent's inventory was applied within {timeout_s:g} s")
+
+
 def stop_gently(fleet: Fleet) -> None:
     """SIGTERM the simulators and wait, so the agents close their sockets before the server stops."""
     for simulator in fleet.simulators:
