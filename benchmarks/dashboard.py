@@ -25,7 +25,11 @@ connect backlog (1,000 discoveries and replays) is stored, as benchmarks/telemet
 the page loads meet the server as it runs all day, not in its first minute.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python benchmarks/dashboard.py
-        [--nodes 1000] [--seconds 30] [--loads 9] [--workers 2]
+        [--nodes 1000] [--seconds 30] [--loads 9] [--workers 1] [--gateways 2]
+
+The control plane runs as README "Running in production" lays it out: ``--workers`` uvicorn processes
+of the application serve the pages and the browsers' sockets, and ``--gateways`` processes of the agent
+gateway on a port of their own carry the fleet's sockets (``--gateways 0``: the workers serve both).
 
 The scratch database and the Redis database (``REDIS_URL``, default 10, flushed first) are as in
 benchmarks/telemetry.py, whose fleet and server helpers this reuses. The last line printed is JSON.
@@ -45,7 +49,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.chromium import fresh_loads, signed_in_context
 from benchmarks.scratch_database import scratch_postgresql
-from benchmarks.telemetry_harness import GPUS_PER_NODE, REPO, Fleet, Server, percentile, prepare_fleet, settle
+from benchmarks.telemetry_harness import (
+    GPUS_PER_NODE,
+    REPO,
+    Fleet,
+    Server,
+    machine_load,
+    percentile,
+    prepare_fleet,
+    settle,
+)
 
 SCRATCH_DATABASE = "bench_dashboard"
 FRAME_BUDGET_MS = 16.0
@@ -112,17 +125,18 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=1000, help="simulated nodes, 8 GPUs each (default 1000)")
     parser.add_argument("--seconds", type=float, default=30, help="live updates measured (default 30)")
     parser.add_argument("--loads", type=int, default=9, help="fresh page loads timed (default 9)")
-    parser.add_argument("--workers", type=int, default=2, help="uvicorn worker processes (default 2)")
+    parser.add_argument("--workers", type=int, default=1, help="processes serving pages (default 1)")
+    parser.add_argument("--gateways", type=int, default=2, help="agent gateway processes; 0: none (default 2)")
     args = parser.parse_args()
-    if args.nodes < 1 or args.seconds <= 0 or args.loads < 1 or args.workers < 1:
-        parser.error("--nodes, --seconds, --loads and --workers must be positive")
+    if args.nodes < 1 or args.seconds <= 0 or args.loads < 1 or args.workers < 1 or args.gateways < 0:
+        parser.error("--nodes, --seconds, --loads and --workers must be positive, --gateways not negative")
 
     import redis
 
     redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
     with tempfile.TemporaryDirectory() as work, scratch_postgresql(SCRATCH_DATABASE):
         credentials, session = prepare_fleet(args.nodes)
-        server = Server(args.workers)
+        server = Server(args.workers, args.gateways)
         subprocess.run(
             [sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"], cwd=REPO, env=server.env, check=True
         )
@@ -130,7 +144,7 @@ def main() -> None:
 
         connections.close_all()
         server.start()
-        fleet = Fleet(server.url, credentials, None, 1, Path(work), REPORTING_TIMEOUT_S + args.seconds + 120)
+        fleet = Fleet(server.agent_url, credentials, None, 1, Path(work), REPORTING_TIMEOUT_S + args.seconds + 120)
         try:
             connect_s = wait_for_fleet(args.nodes)
             if not settle(fleet, args.nodes, SETTLE_TIMEOUT_S):
@@ -170,7 +184,9 @@ def main() -> None:
         "fleet_connect_s": round(connect_s, 1),
         "page_status_at_end": measured["live"],
         "server_workers": args.workers,
+        "agent_gateways": args.gateways,
         "browser": "Debian chromium, headless, 1920x1080",
+        "load_1m": machine_load(),
     }
     print(f"fleet:        {args.nodes} simulated nodes x 8 GPUs at 1 sample/s ({figures['heatmap_cells']} cells drawn)")
     print(f"first render: {figures['first_render_ms']} ms median of {args.loads} loads (target < 1000)")

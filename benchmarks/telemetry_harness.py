@@ -1,7 +1,8 @@
 """The parts of benchmarks/telemetry.py that are not figures: the control plane (uvicorn on a scratch
-PostgreSQL database, restartable on its port), the simulated fleet (``cp-agent simulate`` in one or
-more processes, each with its slice of the nodes' credentials), browsers on ``ws/live`` that note
-each delta's age, and what the database says was stored and who is reporting."""
+PostgreSQL database, restartable on its ports, with or without agent gateway processes of its own),
+the simulated fleet (``cp-agent simulate`` in one or more processes, each with its slice of the
+nodes' credentials), browsers on ``ws/live`` that note each delta's age, and what the database says
+was stored and who is reporting."""
 
 import contextlib
 import json
@@ -160,19 +161,16 @@ def server_environment() -> dict[str, str]:
     return env
 
 
-class Server:
-    """uvicorn with ``workers`` processes on one port; ``restart`` stops it (SIGTERM, as a deploy does)
-    and starts it again on the same port."""
+class Uvicorn:
+    """One ASGI application of the control plane under uvicorn, ``workers`` processes on one port."""
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, application: str, workers: int, env: dict[str, str]) -> None:
+        self.application, self.workers, self.env = application, workers, env
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.workers = workers
-        self.env = server_environment()
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        command = [sys.executable, "-m", "uvicorn", "controlplane.asgi:application", "--host", "127.0.0.1"]
+        command = [sys.executable, "-m", "uvicorn", f"controlplane.asgi:{self.application}", "--host", "127.0.0.1"]
         command += ["--port", str(self.port), "--lifespan", "on", "--log-level", "warning"]
         # A restart waits at most this long for the open sockets (2,000 agents') before it closes them.
         command += ["--workers", str(self.workers), "--timeout-graceful-shutdown", str(GRACEFUL_SHUTDOWN_S)]
@@ -184,7 +182,7 @@ class Server:
                 return
             except OSError:
                 if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit("the control plane did not start") from None
+                    raise SystemExit(f"the control plane's {self.application} did not start") from None
                 time.sleep(0.1)
 
     def stop(self) -> None:
@@ -202,6 +200,36 @@ class Server:
                 os.kill(pid, signal.SIGKILL)
         self.process = None
 
+    def pids(self) -> list[int]:
+        return process_tree(self.process.pid) if self.process else []
+
+
+class Server:
+    """The control plane: uvicorn with ``workers`` processes on one port (``url``), and with ``gateways``
+    the agent gateway in that many processes on another (``agent_url``), as README "Running in
+    production" runs them; without, the ``workers`` serve the agents too. ``restart`` stops it
+    (SIGTERM, as a deploy does) and starts it again on the same ports."""
+
+    def __init__(self, workers: int, gateways: int = 0) -> None:
+        self.env = server_environment()
+        self.web = Uvicorn("application", workers, self.env)
+        self.gateway = Uvicorn("agent_gateway", gateways, self.env) if gateways else None
+        self.port = self.web.port
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.agent_url = f"http://127.0.0.1:{self.gateway.port}" if self.gateway else self.url
+        self.workers, self.gateways = workers, gateways
+
+    def parts(self) -> list[Uvicorn]:
+        return [self.web, self.gateway] if self.gateway else [self.web]
+
+    def start(self) -> None:
+        for part in self.parts():
+            part.start()
+
+    def stop(self) -> None:
+        for part in self.parts():
+            part.stop()
+
     def restart(self) -> float:
         """Stop and start again; the seconds it did not answer."""
         stopped_at = time.monotonic()
@@ -210,7 +238,7 @@ class Server:
         return time.monotonic() - stopped_at
 
     def cpu(self) -> float:
-        return cpu_seconds(process_tree(self.process.pid)) if self.process else 0.0
+        return cpu_seconds([pid for part in self.parts() for pid in part.pids()])
 
 
 # The fleet -----------------------------------------------------------------------------------------

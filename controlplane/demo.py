@@ -3,13 +3,16 @@
 The launcher, in order: fills in development-safe settings, finds or starts a Redis, prepares the
 embedded SQLite database (``manage.py seed_demo``: migrations, static files, the example inventory,
 example prices, an admin account with a fresh password, the simulated fleet's credentials), starts
-the ASGI server, a Celery worker and Celery beat, and once the server answers, the simulated fleet.
+the ASGI server, the agent gateway (the agents' sockets in a process of their own, as in production:
+controlplane/asgi.py says why), a Celery worker and Celery beat, and once both servers answer, the
+simulated fleet, connected to the gateway.
 Each child's output is prefixed with its name (controlplane/supervisor.py). Ctrl-C or SIGTERM, once
 or many times, stops them all; if one dies, the rest are stopped and the launcher exits non-zero.
 
 The launcher itself never imports Django and never changes its own environment: every child gets
 the demo's environment explicitly. The demo never touches what the tests use: its database is the
-SQLite file under ``var/`` (an inherited ``DATABASE_URL`` is ignored), and on a Redis it finds on
+SQLite file under ``var/`` (an inherited ``DATABASE_URL`` is ignored, and so is an inherited
+``AGENT_WS_URL``: agents enrolled with the demo connect to its gateway), and on a Redis it finds on
 127.0.0.1:6379 it uses database 1, leaving 0 to the tests, with keys of its own (derived from its
 var directory) so that two demos on one machine do not hear each other.
 """
@@ -81,16 +84,18 @@ class Seeded(msgspec.Struct, frozen=True):
 # --- Settings --------------------------------------------------------------------------------------
 
 
-def demo_environment(environ: Mapping[str, str], *, var_dir: Path, redis_url: str) -> dict[str, str]:
+def demo_environment(environ: Mapping[str, str], *, var_dir: Path, redis_url: str, agent_ws_url: str) -> dict[str, str]:
     """The environment of the demo's children: ``environ`` plus development-safe defaults.
 
     Values already in ``environ`` win, except ``DATABASE_URL``: the demo always uses the embedded
-    SQLite database under ``var_dir``, so it can never migrate or seed a real database by accident.
-    DEBUG stays off (the demo runs the production code paths) and the secret key lives in a file
-    generated on first start. The channel layer's and Celery's Redis keys start with a prefix of
+    SQLite database under ``var_dir``, so it can never migrate or seed a real database by accident;
+    and ``AGENT_WS_URL``, which is the demo's own gateway (``agent_ws_url``), handed to the agents it
+    enrolls. DEBUG stays off (the demo runs the production code paths) and the secret key lives in a
+    file generated on first start. The channel layer's and Celery's Redis keys start with a prefix of
     this var directory's own.
     """
     environment = {name: value for name, value in environ.items() if name != "DATABASE_URL"}
+    environment["AGENT_WS_URL"] = agent_ws_url
     if "SECRET_KEY" not in environment:
         environment.setdefault("SECRET_KEY_FILE", str(var_dir / "secret_key"))
     key_prefix = redis_key_prefix(var_dir)
@@ -156,6 +161,11 @@ def free_loopback_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((HOST, 0))
         return probe.getsockname()[1]
+
+
+def agent_socket_url(port: int) -> str:
+    """The agents' socket on the demo's agent gateway."""
+    return f"ws://{HOST}:{port}/ws/agent"
 
 
 def is_listening(port: int) -> bool:
@@ -225,9 +235,9 @@ def provide_redis(environ: Mapping[str, str], supervisor: Supervisor) -> UseRedi
 # --- The processes ---------------------------------------------------------------------------------
 
 
-def seed(supervisor: Supervisor, env: Mapping[str, str], server_url: str, var_dir: Path) -> Seeded:
+def seed(supervisor: Supervisor, env: Mapping[str, str], var_dir: Path) -> Seeded:
     """Prepare the database and the fleet's credentials (``manage.py seed_demo``, in a child)."""
-    argv = [sys.executable, "manage.py", "seed_demo", "--server-url", server_url]
+    argv = [sys.executable, "manage.py", "seed_demo", "--agent-ws-url", env["AGENT_WS_URL"]]
     argv += ["--fleet-credentials-file", str(var_dir / FLEET_CREDENTIALS_FILE)]
     try:
         output = supervisor.run_to_end("setup", argv, env)
@@ -239,13 +249,14 @@ def seed(supervisor: Supervisor, env: Mapping[str, str], server_url: str, var_di
         raise DemoError(f"seed_demo answered {output[:200]!r}, not its JSON document: {error}") from None
 
 
-def start_application(supervisor: Supervisor, env: Mapping[str, str], port: int) -> None:
-    """The ASGI server, a Celery worker consuming every queue, and Celery beat."""
+def start_application(supervisor: Supervisor, env: Mapping[str, str], port: int, agent_port: int) -> None:
+    """The ASGI server, the agent gateway, a Celery worker consuming every queue, and Celery beat."""
     python = sys.executable
-    server = ["uvicorn", "controlplane.asgi:application", "--host", HOST, "--port", str(port)]
     # The lifespan (controlplane/lifespan.py) starts the process's parts and, at a stop, lets the
     # ingestor write what is pending before the server exits.
-    supervisor.start("web", [python, "-m", *server, "--lifespan", "on"], env)
+    for name, application, listen_on in (("web", "application", port), ("gateway", "agent_gateway", agent_port)):
+        server = ["uvicorn", f"controlplane.asgi:{application}", "--host", HOST, "--port", str(listen_on)]
+        supervisor.start(name, [python, "-m", *server, "--lifespan", "on"], env)
     celery = [python, "-m", "celery", "-A", "controlplane"]
     # Without -Q the worker consumes every queue declared in CELERY_TASK_QUEUES.
     supervisor.start("worker", [*celery, "worker", "--concurrency", "2", "--loglevel", "INFO"], env)
@@ -262,7 +273,8 @@ def wait_until_listening(supervisor: Supervisor, port: int) -> None:
 def start_fleet(supervisor: Supervisor, env: Mapping[str, str], server_url: str, var_dir: Path, nodes: int) -> None:
     """The simulated fleet: the real node agent on simulated GPUs, one WebSocket per node.
 
-    Started once the server answers, so that no agent's first connection is refused.
+    Started once both servers answer, so that no agent's first connection is refused. Its agents
+    connect to the agent gateway, as the credentials file says (``server_url`` is for enrolling).
     """
     if not nodes:
         supervisor.say("simulated fleet: none of the example nodes exist; running without a fleet")
@@ -285,6 +297,7 @@ def banner(url: str, credentials: AdminCredentials, redis: UseRedis, env: Mappin
             f"  API docs:  {url}/api/docs/",
             f"  API token: {credentials.api_token}   (role admin)",
             f"             curl -H 'Authorization: Bearer {credentials.api_token}' {url}/api/v1/nodes",
+            f"  Agents:    {env['AGENT_WS_URL']}   (the agent gateway, a process of its own)",
             "",
             f"  Database:  {Path(env['CONTROLPLANE_VAR_DIR']) / 'controlplane.sqlite3'}",
             f"  Redis:     {redis.url} ({redis.description})",
@@ -311,15 +324,17 @@ def start_demo(supervisor: Supervisor, environ: Mapping[str, str], port: int) ->
     """Redis, the database, the application, and once it answers, the banner and the fleet."""
     var_dir = var_directory(environ)
     url = f"http://{HOST}:{port}"
+    agent_port = free_loopback_port()
     if environ.get("DATABASE_URL"):
         supervisor.say("DATABASE_URL is ignored: the demo always uses its own SQLite database under var/")
     redis = provide_redis(environ, supervisor)
-    env = demo_environment(environ, var_dir=var_dir, redis_url=redis.url)
+    env = demo_environment(environ, var_dir=var_dir, redis_url=redis.url, agent_ws_url=agent_socket_url(agent_port))
     if env.get("SECRET_KEY_FILE") == str(var_dir / "secret_key"):
         ensure_secret_key(var_dir / "secret_key")
-    seeded = seed(supervisor, env, url, var_dir)
-    start_application(supervisor, env, port)
-    wait_until_listening(supervisor, port)
+    seeded = seed(supervisor, env, var_dir)
+    start_application(supervisor, env, port, agent_port)
+    for listening in (port, agent_port):
+        wait_until_listening(supervisor, listening)
     supervisor.say(banner(url, seeded.admin, redis, env))
     start_fleet(supervisor, env, url, var_dir, seeded.fleet_nodes)
 

@@ -17,7 +17,7 @@ from django.core.management import call_command
 from django.db import transaction
 from django.utils import timezone
 
-from agents.config import FleetCredentials, SimulatedNodeCredential, save_fleet_credentials, websocket_url
+from agents.config import FleetCredentials, SimulatedNodeCredential, save_fleet_credentials
 from apps.accounts.audit import record
 from apps.accounts.models import ApiToken, User
 from apps.accounts.roles import Role
@@ -42,7 +42,7 @@ EXAMPLE_PRICE_NOTE = "Example price from the demo (controlplane/demo_seed.py), n
 Say = Callable[[str], None]
 
 
-def seed_demo(*, server_url: str, fleet_credentials_file: Path, say: Say) -> Seeded:
+def seed_demo(*, agent_ws_url: str, fleet_credentials_file: Path, say: Say) -> Seeded:
     """Everything the demo needs in its database and var directory; ``say`` hears the progress."""
     say("applying database migrations")
     call_command("migrate", interactive=False, verbosity=0)
@@ -50,7 +50,7 @@ def seed_demo(*, server_url: str, fleet_credentials_file: Path, say: Say) -> See
     call_command("collectstatic", interactive=False, verbosity=0)
     import_example_inventory(say)
     admin = reset_admin()
-    fleet_nodes = issue_fleet_credentials(fleet_credentials_file, server_url, say)
+    fleet_nodes = issue_fleet_credentials(fleet_credentials_file, agent_ws_url, say)
     return Seeded(admin=admin, fleet_nodes=fleet_nodes)
 
 
@@ -103,15 +103,16 @@ def reset_admin() -> AdminCredentials:
     return AdminCredentials(ADMIN_USERNAME, password, secret)
 
 
-def issue_fleet_credentials(path: Path, server_url: str, say: Say) -> int:
-    """Give each example node a fresh credential for the simulated fleet; return how many got one.
+def issue_fleet_credentials(path: Path, agent_ws_url: str, say: Say) -> int:
+    """Give each example node a fresh credential for the simulated fleet, to connect to the agent
+    gateway at ``agent_ws_url``; return how many got one.
 
     The demo is a trusted local launcher with the database at hand, so it issues the credentials
     server-side instead of enrolling: the credentials the previous start issued (those no enrollment
     token produced) are revoked, the new ones written to ``path`` (0600) in the format
     ``cp-agent simulate --credentials-file`` reads. Both are audited.
     """
-    fleet = FleetCredentials(server_ws_url=websocket_url(server_url))
+    fleet = FleetCredentials(server_ws_url=agent_ws_url)
     with transaction.atomic():
         nodes = list(Node.objects.filter(hostname__in=FLEET_HOSTNAMES).order_by("hostname"))
         previous = NodeCredential.objects.usable().filter(node__in=nodes, enrollment_token__isnull=True)

@@ -23,6 +23,7 @@ from controlplane.channel_layers import RedisChannelLayer
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path("/srv/demo-var")
+AGENT_WS_URL = "ws://127.0.0.1:8123/ws/agent"
 
 
 def never_asked() -> bool:
@@ -53,7 +54,9 @@ def test_it_explains_how_to_install_redis_when_there_is_none():
 
 
 def test_it_fills_in_development_safe_settings():
-    environment = demo.demo_environment({"PATH": "/usr/bin"}, var_dir=VAR_DIR, redis_url="redis://127.0.0.1:6379/1")
+    environment = demo.demo_environment(
+        {"PATH": "/usr/bin"}, var_dir=VAR_DIR, redis_url="redis://127.0.0.1:6379/1", agent_ws_url=AGENT_WS_URL
+    )
     assert environment["PATH"] == "/usr/bin"
     assert environment["DEBUG"] == "false"
     assert environment["SECURE_SSL_REDIRECT"] == "false"
@@ -74,20 +77,23 @@ def test_it_keeps_values_from_the_environment():
         "CHANNEL_LAYER_PREFIX": "mine",
         "CELERY_KEY_PREFIX": "mine:",
     }
-    environment = demo.demo_environment(given, var_dir=VAR_DIR, redis_url="redis://cache/2")
+    environment = demo.demo_environment(given, var_dir=VAR_DIR, redis_url="redis://cache/2", agent_ws_url=AGENT_WS_URL)
     assert {name: environment[name] for name in given} == given
     assert "SECRET_KEY_FILE" not in environment
 
 
-def test_it_never_uses_an_inherited_database_url():
-    inherited = {"DATABASE_URL": "postgres://ops@db.prod/controlplane"}
-    environment = demo.demo_environment(inherited, var_dir=VAR_DIR, redis_url="redis://127.0.0.1:6379/1")
+def test_it_never_uses_an_inherited_database_url_or_agent_socket():
+    inherited = {"DATABASE_URL": "postgres://ops@db.prod/controlplane", "AGENT_WS_URL": "wss://cp.prod/ws/agent"}
+    environment = demo.demo_environment(
+        inherited, var_dir=VAR_DIR, redis_url="redis://127.0.0.1:6379/1", agent_ws_url=AGENT_WS_URL
+    )
     assert "DATABASE_URL" not in environment
+    assert environment["AGENT_WS_URL"] == AGENT_WS_URL  # agents it enrolls connect to its own gateway
 
 
 def test_it_leaves_the_launchers_own_environment_as_it_is():
     environ = {"PATH": "/usr/bin", "DATABASE_URL": "postgres://ops@db.prod/controlplane"}
-    demo.demo_environment(environ, var_dir=VAR_DIR, redis_url="redis://127.0.0.1:6379/1")
+    demo.demo_environment(environ, var_dir=VAR_DIR, redis_url="redis://127.0.0.1:6379/1", agent_ws_url=AGENT_WS_URL)
     assert environ == {"PATH": "/usr/bin", "DATABASE_URL": "postgres://ops@db.prod/controlplane"}
 
 
@@ -135,7 +141,9 @@ def two_demos(tmp_path, monkeypatch) -> Iterator[list[dict[str, Any]]]:
     for name in ("first", "second"):
         var_dir = tmp_path / name / "var"
         demo.ensure_secret_key(var_dir / "secret_key")
-        environments.append(demo.demo_environment({}, var_dir=var_dir, redis_url=settings.REDIS_URL))
+        environments.append(
+            demo.demo_environment({}, var_dir=var_dir, redis_url=settings.REDIS_URL, agent_ws_url=AGENT_WS_URL)
+        )
     yield [settings_of(environment, monkeypatch) for environment in environments]
     client = redis.Redis.from_url(settings.REDIS_URL)
     for environment in environments:

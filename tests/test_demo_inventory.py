@@ -25,7 +25,7 @@ from controlplane import demo, demo_seed
 
 pytestmark = pytest.mark.django_db
 
-SERVER_URL = "http://127.0.0.1:8123"
+AGENT_WS_URL = "ws://127.0.0.1:8123/ws/agent"  # the demo's agent gateway
 
 
 def import_example_inventory() -> None:
@@ -52,13 +52,13 @@ def test_it_issues_each_example_node_a_fresh_credential_on_every_start(tmp_path)
     path = tmp_path / demo.FLEET_CREDENTIALS_FILE
     said: list[str] = []
 
-    assert demo_seed.issue_fleet_credentials(path, SERVER_URL, said.append) == demo.FLEET_NODES
+    assert demo_seed.issue_fleet_credentials(path, AGENT_WS_URL, said.append) == demo.FLEET_NODES
     first = json.loads(path.read_text())
-    assert demo_seed.issue_fleet_credentials(path, SERVER_URL, said.append) == demo.FLEET_NODES
+    assert demo_seed.issue_fleet_credentials(path, AGENT_WS_URL, said.append) == demo.FLEET_NODES
     second = json.loads(path.read_text())
 
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert second["server_ws_url"] == "ws://127.0.0.1:8123/ws/agent"
+    assert second["server_ws_url"] == AGENT_WS_URL
     assert [node["hostname"] for node in second["nodes"]] == list(demo.FLEET_HOSTNAMES)
     assert all(NodeCredential.authenticate(node["credential"]) for node in second["nodes"])
     assert not any(NodeCredential.authenticate(node["credential"]) for node in first["nodes"])
@@ -81,7 +81,7 @@ def test_it_prices_the_example_fleet_so_the_dashboard_shows_costs_labelled_as_ex
 def seed_demo(credentials_file: str) -> tuple[demo.Seeded, str]:
     """``manage.py seed_demo`` as the launcher runs it: its answer (stdout) and its progress (stderr)."""
     stdout, stderr = io.StringIO(), io.StringIO()
-    arguments = ["--server-url", SERVER_URL, "--fleet-credentials-file", credentials_file]
+    arguments = ["--agent-ws-url", AGENT_WS_URL, "--fleet-credentials-file", credentials_file]
     call_command("seed_demo", *arguments, stdout=stdout, stderr=stderr)
     return msgspec.json.decode(stdout.getvalue(), type=demo.Seeded), stderr.getvalue()
 

@@ -10,10 +10,12 @@ import signal
 import stat
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -154,7 +156,7 @@ def test_it_serves_the_product_as_the_readme_says_and_stops_cleanly(running_demo
     running_demo.wait_for_output(r"worker \| .*celery@\S+ ready\.")
     running_demo.wait_for_output(r"beat \| .*beat: Starting")
     assert (running_demo.var_dir / "controlplane.sqlite3").exists()
-    assert len(running_demo.processes()) >= 5  # launcher, server, worker, beat, fleet
+    assert len(running_demo.processes()) >= 6  # launcher, server, agent gateway, worker, beat, fleet
 
     def online_nodes() -> int:
         return json.loads(running_demo.get("/api/v1/nodes?liveness=online", token)[1])["count"]
@@ -170,7 +172,16 @@ def test_it_serves_the_product_as_the_readme_says_and_stops_cleanly(running_demo
     assert len(gpu_001_metrics("controlplane_node_lifecycle")) == 6  # one gauge per lifecycle state
     credentials = running_demo.var_dir / demo.FLEET_CREDENTIALS_FILE
     assert stat.S_IMODE(credentials.stat().st_mode) == 0o600
-    assert [node["hostname"] for node in json.loads(credentials.read_text())["nodes"]] == list(demo.FLEET_HOSTNAMES)
+    fleet_credentials = json.loads(credentials.read_text())
+    assert [node["hostname"] for node in fleet_credentials["nodes"]] == list(demo.FLEET_HOSTNAMES)
+
+    # The fleet is online through the agent gateway, a server of its own that serves agents only.
+    gateway = urlsplit(fleet_credentials["server_ws_url"])
+    assert re.search(r"Agents:\s+(\S+)", running_demo.output).group(1) == fleet_credentials["server_ws_url"]
+    assert (gateway.path, gateway.port != running_demo.port) == ("/ws/agent", True)
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"http://127.0.0.1:{gateway.port}/api/v1/me", timeout=10)
+    assert refused.value.code == 404
 
     # The fleet starts once the server answers (the banner says so first): no connection is refused.
     banner = next(n for n, line in enumerate(running_demo.lines) if "GPU control plane demo is running" in line)

@@ -2,6 +2,7 @@
 still waiting for its batch is written then, and its agent gets the ack."""
 
 import asyncio
+import threading
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -41,4 +42,23 @@ async def test_stopping_the_server_writes_the_telemetry_waiting_for_its_batch(se
 
     assert await asyncio.wait_for(ack, 10) == 3
     assert await sync_to_async(NodeGpuSample.objects.filter(node=node).item_count)() == 8
+    await app
+
+
+def fleet_mirror_running() -> bool:
+    return any(thread.name == "fleet-mirror" for thread in threading.enumerate())
+
+
+@pytest.mark.parametrize(("application", "mirrors"), [("application", True), ("agent_gateway", False)])
+async def test_only_a_process_that_serves_pages_holds_the_fleet_for_them(application, mirrors):
+    import controlplane.asgi
+
+    lifespan_app = getattr(controlplane.asgi, application)
+    server = Server()
+    app = asyncio.ensure_future(lifespan_app({"type": "lifespan"}, server.to_app.get, server.from_app.put))
+    assert await server.say("lifespan.startup") == "lifespan.startup.complete"
+
+    assert fleet_mirror_running() is mirrors  # the gateway's loop would merge every fleet message for nothing
+
+    assert await server.say("lifespan.shutdown") == "lifespan.shutdown.complete"
     await app

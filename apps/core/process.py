@@ -5,8 +5,10 @@ connection of its own (``DatabaseThread``), the telemetry ingestor, the gateway'
 live publisher, what the live streams remember having sent. Each app adds its parts to ``process``
 in its ``AppConfig.ready()``, so that one look at the app configs says what a process holds.
 
-- The ASGI lifespan (controlplane/lifespan.py) calls ``process.start()`` when the server starts and
-  ``process.shutdown()`` when it stops.
+- The ASGI lifespan (controlplane/lifespan.py) calls ``process.start(serves)`` when the server starts
+  and ``process.shutdown()`` when it stops. ``serves`` says what the process answers (``Serves``): an
+  agent gateway (controlplane/asgi.py ``agent_gateway``) starts only the parts agents need, so that
+  it holds nothing for pages it never serves.
 - The test suite shuts the parts down after every test, so that no test inherits what another left
   (node ids repeat from one test to the next), and before it drops the test databases.
 - A part also starts on first use: a server run without a lifespan (``uvicorn --lifespan off``)
@@ -17,11 +19,12 @@ what is pending while the subscribers it feeds (the telemetry watch, the live pu
 """
 
 import asyncio
+import enum
 import logging
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import ParamSpec, TypeVar
+from typing import ClassVar, ParamSpec, TypeVar
 
 from channels.db import database_sync_to_async
 from django.db import connections
@@ -32,8 +35,19 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+class Serves(enum.Flag):
+    """What a server process answers."""
+
+    AGENTS = enum.auto()  # node agents' sockets: what they report is stored and published from here
+    PAGES = enum.auto()  # the dashboard's pages, the REST API, the browsers' sockets
+    EVERYTHING = AGENTS | PAGES
+
+
 class ProcessPart:
     """Something a server process holds while it runs. Override what applies."""
+
+    # The processes that start it ahead of first use; any process still starts it on first use.
+    needed_by: ClassVar[Serves] = Serves.EVERYTHING
 
     def start(self) -> None:
         """Get ready ahead of first use (called on the server's event loop as it starts)."""
@@ -87,9 +101,10 @@ class Process:
             self._parts.append(part)
         return part
 
-    def start(self) -> None:
+    def start(self, serves: Serves = Serves.EVERYTHING) -> None:
         for part in self._parts:
-            part.start()
+            if part.needed_by & serves:
+                part.start()
 
     async def shutdown(self) -> None:
         """Shut every part down, in the order added; one that fails does not keep the others up, and

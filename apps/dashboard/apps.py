@@ -11,6 +11,7 @@ class DashboardConfig(AppConfig):
         from apps.core.process import process
         from apps.dashboard.live_streams import live_streams
 
+        process.add(live_streams.fleet)  # before the live streams: it stops before their snapshot thread
         process.add(live_streams)
         # Browsers hear of stored telemetry, and of node, failure and run changes, once they are committed.
         events.subscribe(events.TelemetryStored, live_streams.telemetry.telemetry_stored)

@@ -8,10 +8,11 @@
 - ``telemetry``: stored telemetry to browsers (apps/dashboard/live.py), on an event loop of its own.
 - ``changes``: node and failure changes to browsers (apps/dashboard/publish.py), with what it last sent.
 - ``fleet``: the fleet as the stream says it is now (apps/dashboard/fleet_mirror.py), for the fleet
-  page's first drawing.
+  page's first drawing: a part of its own (apps/dashboard/apps.py adds it ahead of this one, so that
+  it stops before the snapshot thread it reads on), started only where pages are served.
 
-Shut down, they send what is noted, stop the publisher's and the mirror's loops, close the snapshot
-thread's connection and forget what was sent and mirrored; the totals stay.
+Shut down, they send what is noted, stop the publisher's loop, close the snapshot thread's
+connection and forget what was sent; the totals stay.
 """
 
 from collections import Counter
@@ -44,11 +45,9 @@ class LiveStreams(ProcessPart):
 
     def start(self) -> None:
         self.telemetry.start()
-        self.fleet.start()
 
     async def shutdown(self) -> None:
         await self.telemetry.shutdown()
-        await self.fleet.shutdown()
         await self.snapshot_thread.shutdown()
         await self.changes.shutdown()
 

@@ -46,8 +46,17 @@ async def eventually(check: Callable[[], Any], *, timeout: float = 5.0) -> Any:
         await asyncio.sleep(0.05)
 
 
+@pytest.fixture
+def asgi_application() -> Any:
+    """What the server runs: the whole control plane (test_agent_gateway.py runs the agent gateway)."""
+    from controlplane.asgi import application
+
+    return application
+
+
 @pytest_asyncio.fixture
 async def server_url(
+    asgi_application: Any,
     transactional_db: None,
     redis_channel_layer: BaseChannelLayer,
     storage: StoredTelemetry,  # noqa: F811  (the fixture imported above)
@@ -57,13 +66,11 @@ async def server_url(
     defaults, in front of the real storage (storage.py) and the real channel layer."""
     monkeypatch.setitem(connections.settings["default"], "CONN_MAX_AGE", 0)
     monkeypatch.setattr(bookkeeping, "TICK_S", 0.1)  # the server's bookkeeping stops within a tick of the last socket
-    from controlplane.asgi import application
-
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
     server = uvicorn.Server(
         uvicorn.Config(
-            application,
+            asgi_application,
             lifespan="off",
             log_config=None,
             log_level="warning",

@@ -16,11 +16,17 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--server-url", required=True, help="The demo server's base URL, for the fleet's agents.")
+        parser.add_argument(
+            "--agent-ws-url",
+            required=True,
+            help="The demo's agent gateway (ws://.../ws/agent), for the fleet's agents.",
+        )
         parser.add_argument(
             "--fleet-credentials-file", required=True, type=Path, help="Where to write the fleet's credentials (0600)."
         )
 
-    def handle(self, *args: Any, server_url: str, fleet_credentials_file: Path, **options: Any) -> None:
-        seeded = seed_demo(server_url=server_url, fleet_credentials_file=fleet_credentials_file, say=self.stderr.write)
+    def handle(self, *args: Any, agent_ws_url: str, fleet_credentials_file: Path, **options: Any) -> None:
+        seeded = seed_demo(
+            agent_ws_url=agent_ws_url, fleet_credentials_file=fleet_credentials_file, say=self.stderr.write
+        )
         self.stdout.write(msgspec.json.encode(seeded).decode())
