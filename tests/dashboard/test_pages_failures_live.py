@@ -216,3 +216,23 @@ def test_a_live_change_during_load_more_neither_drops_nor_repeats_a_row(open_pag
     assert shown == ids[: len(shown)]  # the newest first, none left out, none twice
     assert len(shown) >= 60
     expect(page.locator("#load-more")).to_have_count(1 if len(shown) < 61 else 0)
+
+
+@pytest.mark.browser
+def test_a_live_change_reads_again_every_row_shown_past_the_servers_cap_on_one_read(open_page, viewer, node_042):
+    stored_failures(node_042, 560)
+    page = open_page(viewer, "/failures/?limit=500")  # 500: the server's cap on one read (and failures.js's)
+    live(page)
+    feed = page.locator("#failure-feed")
+    expect(feed).to_have_attribute("data-reads", "1")
+    page.get_by_role("link", name="Load more").click()
+    rows = page.locator("#failure-list > li[data-failure]")
+    expect(rows).to_have_count(550)
+
+    off_the_loop(record_events, node_042.pk, events(xid(79, gpu=5, at=time.time())))
+    expect(feed).to_have_attribute("data-reads", "2")
+    page.wait_for_function("() => !(Number(document.getElementById('failure-feed').dataset.queuedReads) > 0)")
+
+    ids = list(Failure.objects.order_by("-last_seen", "-id").values_list("id", flat=True))
+    assert shown_ids(page) == ids[:550]  # the new one on top, and none of the 550 shown dropped off
+    expect(page.locator("#load-more")).to_have_count(1)

@@ -44,13 +44,31 @@ async function fetchList(extra) {
   return holder;
 }
 
-/** Read the list again, as long as it is now (up to MAX_LIMIT), keeping open side-effect lists open
- *  and marking the rows that are new since the last read. */
+/** Append a page read after the rows of ``root`` (the feed, or a list being read again) without a row
+ *  already there, and put the page's "Load more" row (or none) in place of the old one; the count appended. */
+function appendPage(root, page) {
+  const list = root.querySelector("#failure-list");
+  if (!list) return 0; // the list emptied meanwhile
+  const shown = new Set(rows(root).map((row) => row.dataset.failure));
+  const added = rows(page).filter((row) => !shown.has(row.dataset.failure));
+  list.append(...added);
+  const next = page.querySelector("#load-more");
+  root.querySelector(".load-more-row")?.replaceWith(...(next ? [next.closest(".load-more-row")] : []));
+  return added.length;
+}
+
+/** Read the list again, as long as it is now, keeping open side-effect lists open and marking the rows
+ *  that are new since the last read. Past the server's cap on one read (MAX_LIMIT: rows loaded with
+ *  "Load more"), the rest is read a page of up to MAX_LIMIT at a time, so none drops off the list. */
 async function refresh() {
   const known = new Set(rows().map((row) => row.dataset.failure));
   const open = new Set([...feed.querySelectorAll("details[open]")].map((d) => d.dataset.sideEffects));
-  const limit = Math.min(Math.max(rows().length, PAGE_SIZE), MAX_LIMIT);
-  const fresh = await fetchList({ limit, offset: 0 });
+  const count = Math.max(rows().length, PAGE_SIZE);
+  const fresh = await fetchList({ limit: Math.min(count, MAX_LIMIT), offset: 0 });
+  for (let read = rows(fresh).length; read < count && fresh.querySelector("#load-more"); read = rows(fresh).length) {
+    const page = await fetchList({ offset: read, limit: Math.min(count - read, MAX_LIMIT) });
+    if (!appendPage(fresh, page)) break; // nothing new on it: the list ends here
+  }
   for (const details of fresh.querySelectorAll("details[data-side-effects]")) details.open = open.has(details.dataset.sideEffects);
   for (const row of rows(fresh)) if (known.size && !known.has(row.dataset.failure)) row.classList.add("arrived");
   feed.replaceChildren(...fresh.childNodes);
@@ -90,13 +108,8 @@ async function loadMore() {
   document.getElementById("load-more")?.setAttribute("aria-disabled", "true");
   try {
     await queueRead(async () => {
-      const list = document.getElementById("failure-list");
-      if (!list) return; // the list emptied meanwhile
-      const more = await fetchList({ offset: rows().length, limit: PAGE_SIZE });
-      const shown = new Set(rows().map((row) => row.dataset.failure));
-      list.append(...rows(more).filter((row) => !shown.has(row.dataset.failure)));
-      const next = more.querySelector("#load-more");
-      feed.querySelector(".load-more-row")?.replaceWith(...(next ? [next.closest(".load-more-row")] : []));
+      if (!document.getElementById("failure-list")) return; // the list emptied meanwhile
+      appendPage(feed, await fetchList({ offset: rows().length, limit: PAGE_SIZE }));
     });
   } finally {
     loadingMore = false;
