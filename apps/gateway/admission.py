@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from agents import protocol
 from apps.core.batching import Batched
+from apps.core.bulk import update_from_values
 from apps.gateway import liveness, sinks
 from apps.gateway.models import NodeAgent, NodeCredential
 from apps.inventory.models import Node
@@ -92,17 +93,16 @@ def record_disconnects(departures: Sequence[tuple[int, datetime]]) -> list[None]
     outlasted the shutdown's grace. Rows are listed in node order, as the Hellos' upsert lists them."""
     table = NodeAgent._meta.db_table
     adapt = connection.ops.adapt_datetimefield_value
-    rows = sorted(departures)
     with transaction.atomic(), connection.cursor() as cursor:
-        for start in range(0, len(rows), _DEPARTURES_PER_STATEMENT):
-            chunk = rows[start : start + _DEPARTURES_PER_STATEMENT]
-            values = ", ".join(["(%s, %s)"] * len(chunk))
-            cursor.execute(
-                f"WITH v (node_id, connected_at) AS (VALUES {values}) "
-                f"UPDATE {table} SET disconnected_at = %s, channel_name = '' FROM v "
-                f"WHERE {table}.node_id = v.node_id AND {table}.connected_at <= v.connected_at",
-                [*(value for node_id, at in chunk for value in (node_id, adapt(at))), adapt(timezone.now())],
-            )
+        update_from_values(
+            cursor,
+            table,
+            ["node_id", "connected_at"],
+            [(node_id, adapt(at)) for node_id, at in sorted(departures)],
+            set_sql="disconnected_at = %s, channel_name = ''",
+            where_sql=f"{table}.node_id = v.node_id AND {table}.connected_at <= v.connected_at",
+            params=[adapt(timezone.now())],
+        )
     return [None] * len(departures)
 
 
@@ -120,8 +120,6 @@ def _last_per_node(arrivals: Sequence[Arrival]) -> list[Arrival]:
             latest[arrival.node.pk] = arrival
     return [latest[node_id] for node_id in sorted(latest)]
 
-
-_DEPARTURES_PER_STATEMENT = 400  # two parameters each: under SQLite's and PostgreSQL's limits
 
 authenticate = Batched(authenticate_all)
 welcome = Batched(welcome_all)

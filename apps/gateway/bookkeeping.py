@@ -17,9 +17,10 @@ from collections.abc import Set
 from datetime import datetime
 from typing import Final
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
+from apps.core.bulk import update_from_values
 from apps.core.process import DatabaseThread, ProcessPart
 from apps.gateway import liveness
 from apps.gateway.models import GatewayCounter, NodeAgent, NodeCredential
@@ -130,14 +131,19 @@ def _write(
         # the two deadlocked when a fleet reconnected.
         agents = NodeAgent.objects.select_for_update().filter(node_id__in=buffers).order_by("node_id")
         list(agents.values_list("node_id", flat=True))
-        NodeAgent.objects.bulk_update(
-            [
-                NodeAgent(node_id=node_id, buffered_samples=held, dropped_samples=dropped, buffer_reported_at=now)
-                for node_id, (held, dropped) in buffers.items()
-            ],
-            ["buffered_samples", "dropped_samples", "buffer_reported_at"],
-            batch_size=500,
-        )
+        # One UPDATE from a VALUES list, not bulk_update: its CASE per row, built in Python, was most of
+        # this thread's time with 2,000 agents reporting their buffers (apps/core/bulk.py).
+        table = connection.ops.quote_name(NodeAgent._meta.db_table)
+        with connection.cursor() as cursor:
+            update_from_values(
+                cursor,
+                table,
+                ["node_id", "held", "dropped"],
+                [(node_id, held, dropped) for node_id, (held, dropped) in sorted(buffers.items())],
+                set_sql="buffered_samples = v.held, dropped_samples = v.dropped, buffer_reported_at = %s",
+                where_sql=f"{table}.node_id = v.node_id",
+                params=[connection.ops.adapt_datetimefield_value(now)],
+            )
     return NodeCredential.objects.unusable_among(credential_ids)
 
 

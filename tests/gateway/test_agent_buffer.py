@@ -62,7 +62,8 @@ async def test_a_bookkeepers_write_locks_the_agent_records_in_node_order_first(d
     statements = await in_db(write_buffers_of_three_nodes)()
     assert statements[0].startswith("SELECT")
     assert statements[0].removesuffix(" FOR UPDATE").endswith("ORDER BY 1 ASC")  # by node_id, the one column
-    assert statements[1].startswith("UPDATE")
+    assert statements[1].startswith("WITH v ")  # one UPDATE from a VALUES list
+    assert " UPDATE " in statements[1]
     if connection.vendor == "postgresql":
         assert "FOR UPDATE" in statements[0]
 
