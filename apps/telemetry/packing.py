@@ -30,6 +30,11 @@ from typing import Any, Final
 
 import msgspec
 
+try:  # the packer compiled at install (pyproject.toml's ext-modules); without a compiler, this module's
+    from apps.telemetry import _packing as _compiled
+except ImportError:  # pragma: no cover - depends on the installation
+    _compiled = None
+
 ABSENT, SAME, EACH, SOME = range(4)
 _WIDTHS: Final = (1, 2, 4, 8)
 _FORMATS: Final = "BHIQ"
@@ -39,6 +44,8 @@ _LAYOUT_CACHE: Final = 10_000  # section layouts kept per packing, by header and
 Item = tuple[Any, ...]  # one item's values, in the packing's field order (None: absent)
 _Section = tuple[int, int, int, int, tuple[int, ...]]  # position, mode, width, offset, items that have it
 _NIBBLE, _DATA = itemgetter(0), itemgetter(1)  # of a remembered section: (nibble, bytes)
+_KINDS: Final = {int: 0, bool: 0, float: 1, str: 2}  # a field's kind as _packing.c knows it
+_SPEC: Final = struct.Struct("=Bqqq")  # kind, lower bound, steps, offset: one field for _packing.c
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +78,7 @@ class Packing:
         self._headers: dict[tuple[int, tuple[int, ...]], bytes] = {}
         self._layouts: dict[tuple[bytes, tuple[int, ...]], _Reader] = {}
         self._decoders = tuple(_Decoder(f) for f in fields)
+        self._spec = b"".join(_SPEC.pack(_KINDS[f.kind], int(f.lower), f.steps, f.offset) for f in fields)
 
     @classmethod
     def of(cls, struct: type[msgspec.Struct], names: Sequence[str], *, steps: Mapping[str, int]) -> "Packing":
@@ -88,7 +96,15 @@ class Packing:
 
         Each field's section is looked up by the field's values, item by item: a node's limits,
         clocks, counters and flags are the same second after second, so most of a row's sections are
-        found rather than encoded, and only the readings that moved are."""
+        found rather than encoded, and only the readings that moved are. Where the compiled packer is
+        installed it packs a list of tuples of the usual values (the same bytes), and this code packs
+        the rest."""
+        if _compiled is not None and (packed := _compiled.pack(self._spec, items)) is not None:
+            return packed
+        return self.pack_in_python(items)
+
+    def pack_in_python(self, items: Sequence[Item]) -> bytes:
+        """``pack`` without the compiled packer: what defines the bytes."""
         count = len(items)
         if count > 255:
             raise ValueError("A packed value holds at most 255 items")
