@@ -23,7 +23,7 @@ from apps.jobs.choices import CommandState, RunState
 from apps.jobs.models import Command, Run, Step
 from tests.agents.commands.conftest import PROGRAM, group_members, runs
 from tests.agents.doubles import FakeCollector
-from tests.gateway.conftest import enrolled_node, in_db, server_url, storage  # noqa: F401  (fixtures)
+from tests.gateway.conftest import asgi_application, enrolled_node, in_db, server_url, storage  # noqa: F401  (fixtures)
 from tests.jobs.conftest import launch
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]

@@ -12,6 +12,7 @@ from apps.inventory.models import Node
 from apps.jobs.choices import CommandState, RunState
 from apps.jobs.models import Command, Run, Step
 from tests.gateway.conftest import (  # noqa: F401  (fixtures)
+    asgi_application,
     connect_agent,
     enrolled_node,
     eventually,

@@ -13,7 +13,15 @@ from apps.gateway import sinks
 from apps.gateway.models import NodeAgent
 from apps.jobs.choices import CommandState
 from apps.jobs.models import Command, CommandLogLine, Step
-from tests.gateway.conftest import connect_agent, enrolled_node, eventually, in_db, server_url, storage  # noqa: F401  (fixtures)
+from tests.gateway.conftest import (  # noqa: F401  (fixtures)
+    asgi_application,
+    connect_agent,
+    enrolled_node,
+    eventually,
+    in_db,
+    server_url,
+    storage,
+)
 from tests.jobs.conftest import launch
 from tests.jobs.reporting import T
 from tests.jobs.test_gateway import receive_command
