@@ -9,7 +9,9 @@ PostgreSQL and SQLite (3.33 on) both run it.
 from collections.abc import Sequence
 from typing import Any
 
+from django.db import connection
 from django.db.backends.utils import CursorWrapper
+from django.db.models import Model
 
 # Parameters a statement at most: under SQLite's limit (32,766 since 3.32) and PostgreSQL's (65,535).
 _MAX_PARAMETERS = 1200
@@ -37,4 +39,33 @@ def update_from_values(
             f"WITH v ({', '.join(columns)}) AS (VALUES {', '.join([row_sql] * len(chunk))}) "
             f"UPDATE {table} SET {set_sql} FROM v WHERE {where_sql}",
             [*(value for row in chunk for value in row), *params],
+        )
+
+
+def update_rows(rows: Sequence[Model], fields: Sequence[str]) -> None:
+    """Django's ``bulk_update(rows, fields)`` as ``update_from_values``: each value prepared by its field
+    (JSON, datetimes), and cast to its column's type in the SET (a column of NULLs in a VALUES list
+    would be text). The rows are of one model and saved already; they are written in the order given."""
+    if not rows:
+        return
+    meta = rows[0]._meta
+    quote = connection.ops.quote_name
+    table, pk = quote(meta.db_table), meta.pk
+    written = [meta.get_field(name) for name in fields]
+    set_sql = ", ".join(
+        f"{quote(field.column)} = CAST(v.{quote(field.column)} AS {field.cast_db_type(connection)})"
+        for field in written
+    )
+    values = [
+        (row.pk, *(field.get_db_prep_save(getattr(row, field.attname), connection) for field in written))
+        for row in rows
+    ]
+    with connection.cursor() as cursor:
+        update_from_values(
+            cursor,
+            table,
+            [quote(pk.column), *(quote(field.column) for field in written)],
+            values,
+            set_sql=set_sql,
+            where_sql=f"{table}.{quote(pk.column)} = v.{quote(pk.column)}",
         )

@@ -26,23 +26,26 @@ from django.utils import timezone
 
 from agents import protocol
 from apps.accounts.audit import record
+from apps.core.batching import Batched
 from apps.core.process import DatabaseThread
 from apps.gateway import admission, guards, sinks
 from apps.gateway.bookkeeping import bookkeeper
 from apps.gateway.choices import CounterCode
 from apps.gateway.connection import AgentConnection
-from apps.gateway.discovery import apply_inventory
+from apps.gateway.discovery import apply_inventories
 from apps.gateway.identity import IdentityConflict, record_conflict
 from apps.gateway.push import agent_group
 from apps.gateway.store_pipeline import StorePipeline
 
 logger = logging.getLogger(__name__)
 
-# Inventories are applied on a thread of their own, one at a time as before, not on the sync thread
-# every other database call of these consumers queues on: when a thousand agents connect at once,
-# their first inventories (tens of queries each) held up the next agents' authentication and Welcome
-# past the agents' 10 s handshake timeout, and those agents came back to do it all again.
+# Inventories are applied on a thread of their own, not on the sync thread every other database call
+# of these consumers queues on: when a thousand agents connect at once, their first inventories held
+# up the next agents' authentication and Welcome past the agents' 10 s handshake timeout, and those
+# agents came back to do it all again. Whatever arrived while a batch was applied goes in the next,
+# in a few statements for the batch (discovery.py).
 inventory_thread = DatabaseThread("agent-inventory")
+inventories = Batched(apply_inventories, run=inventory_thread.run, max_batch=100)
 SKEW_REPORT_INTERVAL_S = 60
 # Telemetry frames of one connection on their way into storage: all an agent keeps in flight
 # (agents/transport.py). Its command reports travel on the same socket behind them, and a window of
@@ -197,18 +200,19 @@ class AgentConsumer(AgentConnection):
 
     async def _discover(self, previous: "asyncio.Task[None] | None", inventory: protocol.Inventory) -> None:
         """Apply an inventory beside the message loop, after the one before it: a node's telemetry does not
-        wait for its discovery (a fleet's first inventories, tens of queries each, queue on their thread)."""
+        wait for its discovery (a fleet's first inventories queue on their thread)."""
         if previous is not None:
             await asyncio.gather(previous, return_exceptions=True)
         try:
-            await inventory_thread.run(apply_inventory)(self.node, inventory)
-        except IdentityConflict as conflict:
-            await self._refuse_conflict(conflict)
-        except protocol.ProtocolError as exc:
-            await self._reply_error(exc.code, exc.message)
+            outcome = await inventories((self.node, inventory))
         except Exception:
             logger.exception("Failed to apply the inventory of %s", self.node.hostname)
             await self._reply_error("internal", "The server failed to apply this inventory; it is logged.")
+            return
+        if isinstance(outcome, IdentityConflict):
+            await self._refuse_conflict(outcome)
+        elif isinstance(outcome, protocol.ProtocolError):
+            await self._reply_error(outcome.code, outcome.message)
 
     async def _store_report(self, report: sinks.CommandReport) -> protocol.ProtocolError | None:
         return await sinks.store_command_report((self.node.pk, report))

@@ -9,6 +9,7 @@ refused whole and nothing of either node changes; the refusal is audited (``agen
 counted (``identity_conflict``), and both nodes get a "duplicate GPU identity" failure.
 """
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from django.db.models import Q
@@ -45,53 +46,75 @@ class IdentityConflict(protocol.ProtocolError):
         super().__init__("forbidden", f"Refused this inventory, which claims {listed}: {why}.")
 
 
-def check_claims(node: Node, inventory: protocol.Inventory) -> None:
+class Holders:
+    """What other online nodes hold of the hardware a batch of inventories claims, read once for the
+    batch (two queries, on indexed columns); ``exclude`` names the batch's own nodes, none of which
+    holds what another of them reports (discovery.py puts such reports in batches of their own)."""
+
+    def __init__(self, reports: Sequence[protocol.Inventory], exclude: Collection[int]) -> None:
+        uuids = {gpu.uuid for report in reports for gpu in report.gpus}
+        serials = {gpu.serial for report in reports for gpu in report.gpus if gpu.serial}
+        guids = {port.guid for report in reports for port in report.ports if port.guid}
+        gpus = (
+            Gpu.objects.filter(Q(uuid__in=uuids) | Q(serial__in=serials), node__liveness=Liveness.ONLINE)
+            .exclude(node_id__in=exclude)
+            .exclude(state=GpuState.MISSING)  # its node reports it no more
+            .select_related("node")
+            .order_by("node__hostname", "index")
+        )
+        ports = (
+            NetworkPort.objects.filter(guid__in=guids, node__liveness=Liveness.ONLINE)
+            .exclude(node_id__in=exclude)
+            .select_related("node__agent")
+            .order_by("node__hostname", "device_name", "port_num")
+        )
+        self._gpus = list(gpus) if uuids or serials else []
+        self._ports = list(ports) if guids else []
+
+    def claims(self, inventory: protocol.Inventory) -> list[Claim]:
+        return self._gpu_claims(inventory.gpus) + self._port_claims(inventory.ports)
+
+    def _gpu_claims(self, reported: list[protocol.GpuInfo]) -> list[Claim]:
+        by_uuid = {gpu.uuid: gpu for gpu in reported}
+        by_serial = {gpu.serial: gpu for gpu in reported if gpu.serial}
+        claims = []
+        for row in self._gpus:
+            for what, value, claimed in (("GPU UUID", row.uuid, by_uuid), ("GPU serial", row.serial, by_serial)):
+                if value in claimed:
+                    claims.append(
+                        Claim(
+                            what, value, f"gpu{claimed[value].index}", row.node_id, row.node.hostname, f"gpu{row.index}"
+                        )
+                    )
+        return claims
+
+    def _port_claims(self, reported: list[protocol.PortInfo]) -> list[Claim]:
+        by_guid = {port.guid: port for port in reported if port.guid}
+        claims = []
+        for row in self._ports:
+            if row.guid not in by_guid:
+                continue
+            # A port row outlives its HCA: the holder still has it only if its last report listed the GUID.
+            last_report = getattr(row.node, "agent", None)
+            listed = (
+                {port.get("guid") for port in (last_report.inventory or {}).get("ports", [])} if last_report else set()
+            )
+            if row.guid in listed:
+                port = by_guid[row.guid]
+                held_as = f"{row.device_name}/{row.port_num}"
+                claims.append(
+                    Claim(
+                        "HCA port GUID", row.guid, f"{port.device}/{port.port}", row.node_id, row.node.hostname, held_as
+                    )
+                )
+        return claims
+
+
+def check_claims(inventory: protocol.Inventory, holders: Holders) -> None:
     """Raise IdentityConflict if the report claims a GPU or HCA port another online node still reports."""
-    claims = _gpu_claims(node, inventory.gpus) + _port_claims(node, inventory.ports)
+    claims = holders.claims(inventory)
     if claims:
         raise IdentityConflict(claims)
-
-
-def _gpu_claims(node: Node, reported: list[protocol.GpuInfo]) -> list[Claim]:
-    by_uuid = {gpu.uuid: gpu for gpu in reported}
-    by_serial = {gpu.serial: gpu for gpu in reported if gpu.serial}
-    held = (
-        Gpu.objects.filter(Q(uuid__in=by_uuid) | Q(serial__in=by_serial), node__liveness=Liveness.ONLINE)
-        .exclude(node=node)
-        .exclude(state=GpuState.MISSING)  # its node reports it no more
-        .select_related("node")
-        .order_by("node__hostname", "index")
-    )
-    claims = []
-    for row in held:
-        for what, value, claimed in (("GPU UUID", row.uuid, by_uuid), ("GPU serial", row.serial, by_serial)):
-            if value in claimed:
-                claims.append(
-                    Claim(what, value, f"gpu{claimed[value].index}", row.node_id, row.node.hostname, f"gpu{row.index}")
-                )
-    return claims
-
-
-def _port_claims(node: Node, reported: list[protocol.PortInfo]) -> list[Claim]:
-    by_guid = {port.guid: port for port in reported if port.guid}
-    held = (
-        NetworkPort.objects.filter(guid__in=by_guid, node__liveness=Liveness.ONLINE)
-        .exclude(node=node)
-        .select_related("node__agent")
-        .order_by("node__hostname", "device_name", "port_num")
-    )
-    claims = []
-    for row in held:
-        # A port row outlives its HCA: the holder still has it only if its last report listed the GUID.
-        last_report = getattr(row.node, "agent", None)
-        listed = {port.get("guid") for port in (last_report.inventory or {}).get("ports", [])} if last_report else set()
-        if row.guid in listed:
-            port = by_guid[row.guid]
-            held_as = f"{row.device_name}/{row.port_num}"
-            claims.append(
-                Claim("HCA port GUID", row.guid, f"{port.device}/{port.port}", row.node_id, row.node.hostname, held_as)
-            )
-    return claims
 
 
 def record_conflict(node: Node, conflict: IdentityConflict, **audit: object) -> None:

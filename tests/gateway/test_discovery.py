@@ -9,7 +9,7 @@ import pytest
 
 from agents import protocol
 from apps.gateway import consumers
-from apps.gateway.discovery import apply_inventory, vacant_uuid
+from apps.gateway.discovery import Outcome, apply_inventories, apply_inventory, vacant_uuid
 from apps.gateway.models import DiscoveryChange, NodeAgent
 from apps.inventory.choices import GpuState, LinkState
 from apps.inventory.models import Gpu, NetworkPort, Node, NvLink
@@ -275,12 +275,12 @@ async def test_telemetry_is_acked_while_the_nodes_inventory_is_still_being_appli
     node, credential = await in_db(enrolled_node)("gpu-0301")
     applying, release = threading.Event(), threading.Event()
 
-    def slow_apply(*args: object) -> list[DiscoveryChange]:
+    def slow_apply(reports: list[tuple[Node, protocol.Inventory]]) -> list[Outcome]:
         applying.set()
         release.wait(timeout=10)
-        return apply_inventory(*args)
+        return apply_inventories(reports)
 
-    monkeypatch.setattr(consumers, "apply_inventory", slow_apply)
+    monkeypatch.setattr(consumers.inventories, "function", slow_apply)
     agent = await connect_agent(credential, "gpu-0301")
     await agent.hello()
     await agent.send(inventory(node, [gpu(i) for i in range(7)], []))

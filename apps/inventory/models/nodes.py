@@ -323,6 +323,8 @@ class Gpu(models.Model):
         ordering = ["node", "index"]
         verbose_name = "GPU"
         constraints = [models.UniqueConstraint(fields=["node", "index"], name="gpu_unique_index_per_node")]
+        # Every inventory looks up the serials it reports on other nodes (apps/gateway/identity.py).
+        indexes = [models.Index(fields=["serial"], name="gpu_serial")]
 
     def __str__(self) -> str:
         return f"{self.node}/gpu{self.index}"
@@ -368,6 +370,8 @@ class NetworkPort(models.Model):
     class Meta:
         ordering = ["node", "device_name", "port_num"]
         constraints = [models.UniqueConstraint(fields=["node", "device_name", "port_num"], name="network_port_unique")]
+        # Every inventory looks up the GUIDs it reports on other nodes (apps/gateway/identity.py).
+        indexes = [models.Index(fields=["guid"], name="network_port_guid")]
 
     def __str__(self) -> str:
         return f"{self.node}:{self.device_name}/{self.port_num}"
