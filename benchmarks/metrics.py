@@ -20,6 +20,7 @@ import statistics
 import sys
 import time
 import warnings
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -53,40 +54,47 @@ def build_fleet(nodes: int) -> list[int]:
     return sorted(node.pk for node in created)
 
 
+def port_sample(node_id: int, p: int) -> Any:
+    from agents.protocol import PortSample
+
+    return PortSample(
+        device=f"mlx5_{p}",
+        port=1,
+        state="active",
+        rate_gbps=400.0,
+        tx_gbps=180.5,
+        rx_gbps=175.25,
+        symbol_errors=node_id % 7,
+        link_downed=node_id % 3,
+        rcv_errors=0,
+        tx_bytes=node_id * 123456789,
+        rx_bytes=node_id * 987654321,
+    )
+
+
 def fill(node_ids: list[int]) -> None:
     """The newest GPU and port samples of every node, and something in every other family."""
-    from django.db import connection, transaction
+    from django.db import connection
     from django.utils import timezone
 
+    from agents.protocol import GpuSample
     from apps.failures.choices import FailureKind, Severity
     from apps.failures.models import Failure
     from apps.gateway.models import GatewayCounter, NodeAgent
-    from apps.telemetry.models import GPU_METRIC_FIELDS, IngestProcess, LatestGpuSample, XidCount
+    from apps.telemetry.models import GPU_PACKING, IngestProcess, LatestGpuSample, LatestPortSample, XidCount
 
-    constant = {"FloatField": "1.5", "BooleanField": "false"}
-    values = [constant.get(LatestGpuSample._meta.get_field(f).get_internal_type(), "1") for f in GPU_METRIC_FIELDS]
+    constant = {float: 1.5, bool: False}
+    gpus = [
+        GpuSample(index=g, **{f.name: constant.get(f.kind, 1) for f in GPU_PACKING.fields[1:]}) for g in range(GPUS)
+    ]
     started = time.perf_counter()
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            INSERT INTO telemetry_latestgpusample (node_id, gpu_index, ts, received_at, {", ".join(GPU_METRIC_FIELDS)})
-            SELECT node_id, g, now() - interval '1 second', now(), {", ".join(values)}
-            FROM unnest(%s::bigint[]) AS node_id, generate_series(0, {GPUS - 1}) AS g
-            """,
-            [node_ids],
-        )
-        cursor.execute(
-            f"""
-            INSERT INTO telemetry_latestportsample (node_id, ts, device, port, state, rate_gbps, tx_gbps, rx_gbps,
-                                                    symbol_errors, link_downed, rcv_errors, tx_bytes, rx_bytes,
-                                                    received_at)
-            SELECT node_id, now() - interval '1 second', 'mlx5_' || p, 1, 'active', 400, 180.5, 175.25,
-                   node_id %% 7, node_id %% 3, 0, node_id * 123456789, node_id * 987654321, now()
-            FROM unnest(%s::bigint[]) AS node_id, generate_series(0, {PORTS - 1}) AS p
-            """,
-            [node_ids],
-        )
     now = timezone.now()
+    at = now - timedelta(seconds=1)
+    LatestGpuSample.objects.bulk_create((LatestGpuSample.of(n, at, gpus, now) for n in node_ids), batch_size=1000)
+    LatestPortSample.objects.bulk_create(
+        (LatestPortSample.of(n, at, [port_sample(n, p) for p in range(PORTS)], now) for n in node_ids),
+        batch_size=1000,
+    )
     XidCount.objects.bulk_create(
         XidCount(node_id=node_id, gpu_index=n % GPUS, xid=xid, count=n + 1, last_ts=now)
         for n, node_id in enumerate(node_ids[::10])

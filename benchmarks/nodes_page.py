@@ -50,7 +50,7 @@ def build_fleet(nodes: int) -> tuple[list[int], str]:
     from apps.inventory.models import Gpu, Node
     from apps.telemetry.models import LatestGpuSample
     from tests import factories
-    from tests.dashboard.node_data import gpu_metrics
+    from tests.dashboard.node_data import gpu_metrics, reading
 
     cluster, node_type = factories.cluster("bench"), factories.node_type("bench-h100", nics=0)
     now = timezone.now()
@@ -66,9 +66,10 @@ def build_fleet(nodes: int) -> tuple[list[int], str]:
         for i in range(GPUS_PER_NODE)
     )
     LatestGpuSample.objects.bulk_create(
-        LatestGpuSample(node_id=node, ts=now, received_at=now, **gpu_metrics(i, util_gpu=random.uniform(0, 100)))
+        LatestGpuSample.of(
+            node, now, [reading(gpu_metrics(i, util_gpu=random.uniform(0, 100))) for i in range(GPUS_PER_NODE)], now
+        )
         for node in ids
-        for i in range(GPUS_PER_NODE)
     )
     operator = User.objects.create_user("bench-operator", role="operator")
     client = Client()

@@ -2,9 +2,12 @@
 
 import itertools
 import uuid
-from datetime import date
+from collections.abc import Iterable, Mapping
+from datetime import date, datetime
 from decimal import Decimal
+from typing import Any
 
+from agents.protocol import GpuSample, PortSample
 from apps.costs.choices import PriceKind
 from apps.costs.models import EnergyPrice, GpuPrice
 from apps.inventory.choices import FabricKind, FabricTopology, Lifecycle, LinkState, PortKind, SwitchTier
@@ -23,6 +26,7 @@ from apps.inventory.models import (
     Switch,
     SwitchPort,
 )
+from apps.telemetry.models import LatestGpuSample, LatestPortSample
 
 _counter = itertools.count(1)
 
@@ -140,3 +144,26 @@ def energy_price(
         price_per_kwh=Decimal(price_per_kwh),
         pue=Decimal(pue),
     )
+
+
+def latest_gpus(
+    n: Node | int, ts: datetime, gpus: Iterable[Mapping[str, Any]], *, received_at: datetime | None = None
+) -> LatestGpuSample:
+    """A node's newest GPU sample: each GPU as a mapping of ``gpu_index`` and its metrics (a metric left
+    out is absent), packed into the node's one row as the writer packs it."""
+    readings = [GpuSample(index=g["gpu_index"], **{k: v for k, v in g.items() if k != "gpu_index"}) for g in gpus]
+    node_id = n if isinstance(n, int) else n.pk
+    row = LatestGpuSample.of(node_id, ts, readings, received_at or ts)
+    row.save(force_insert=True)
+    return row
+
+
+def latest_ports(
+    n: Node | int, ts: datetime, ports: Iterable[Mapping[str, Any]], *, received_at: datetime | None = None
+) -> LatestPortSample:
+    """A node's newest port sample: each port as a mapping of ``PortSample``'s fields (``device``,
+    ``port``, ``state``, readings left out absent), packed into the node's one row."""
+    node_id = n if isinstance(n, int) else n.pk
+    row = LatestPortSample.of(node_id, ts, [PortSample(**port) for port in ports], received_at or ts)
+    row.save(force_insert=True)
+    return row

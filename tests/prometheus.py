@@ -14,7 +14,7 @@ from apps.gateway.choices import CounterCode
 from apps.gateway.models import GatewayCounter, NodeAgent
 from apps.inventory.models import Cluster, Gpu, Node, NodeType, Rack
 from apps.telemetry.events import store_events
-from apps.telemetry.models import GPU_METRIC_FIELDS, IngestProcess, LatestGpuSample
+from apps.telemetry.models import GPU_METRIC_FIELDS, GPU_PACKING, IngestProcess
 from apps.telemetry.storage import Submission, write_batch
 from tests import factories
 
@@ -43,8 +43,8 @@ def series(parsed: dict, name: str, *keys: str) -> dict[tuple[str, ...], float]:
 
 
 def every_field_reported(index: int) -> GpuSample:
-    kinds = {"BooleanField": False, "FloatField": 1.5}
-    values = {f: kinds.get(LatestGpuSample._meta.get_field(f).get_internal_type(), 1) for f in GPU_METRIC_FIELDS}
+    kinds = {bool: False, float: 1.5}
+    values = {f.name: kinds.get(f.kind, 1) for f in GPU_PACKING.fields if f.name in GPU_METRIC_FIELDS}
     return GpuSample(index=index, **values)
 
 

@@ -18,6 +18,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from agents.protocol import PortSample
 from apps.accounts.models import AuditLogEntry, User
 from apps.accounts.roles import Role
 from apps.failures.choices import FailureKind, Severity
@@ -166,20 +167,12 @@ class Fleet:
             )
             for c in causes
         )
-        LatestPortSample.objects.bulk_create(
-            LatestPortSample(
-                node_id=n.pk,
-                ts=now,
-                device=f"mlx5_{i}",
-                port=1,
-                state="active",
-                rate_gbps=400,
-                tx_gbps=100,
-                rx_gbps=50,
-                received_at=now,
-            )
-            for n in nodes
+        ports = [
+            dict(device=f"mlx5_{i}", port=1, state="active", rate_gbps=400.0, tx_gbps=100.0, rx_gbps=50.0)
             for i in range(NICS_PER_NODE)
+        ]
+        LatestPortSample.objects.bulk_create(
+            LatestPortSample.of(n.pk, now, [PortSample(**port) for port in ports], now) for n in nodes
         )
 
 

@@ -54,7 +54,8 @@ def heatmap_layout() -> list[dict[str, Any]]:
 
 def scale_tops() -> dict[str, int]:
     """The top of the power and memory colour scales: the largest power limit and memory in the fleet."""
-    power = LatestGpuSample.objects.aggregate(top=Max("power_limit_w"))["top"]
+    limits = LatestGpuSample.objects.order_by().unpacked(("power_limit_w",))
+    power = max((limit for _, gpus in limits for (limit,) in gpus if limit is not None), default=None)
     memory = Gpu.objects.aggregate(top=Max("memory_mib"))["top"]
     return {
         "power": round(power) if power else DEFAULT_POWER_MAX_W,

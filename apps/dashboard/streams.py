@@ -10,10 +10,8 @@ values, so that a GPU that stopped reporting shows its last values as stale) and
 as the REST API's failure serializer writes them: the node's active failures, then every change
 published).
 
-A fleet entry sums up the GPUs that report now: a GPU whose newest sample is more than
-``stale_after_s()`` older than its node's newest (it fell off the bus, or the agent stopped seeing
-it) is left out of the snapshot as it is out of every live entry, instead of lending the node its
-last numbers as current ones.
+A fleet entry sums up the GPUs of the node's newest sample: a GPU that fell off the bus, or that the
+agent stopped seeing, is not in it, so it lends the node no old numbers as current ones.
 
 ``alarms`` counts the node's open or acknowledged failures that are not side effects of another
 (what the failures feed shows); ``severity`` is the worst of them, or null; ``alarm_gpus`` lists the
@@ -25,15 +23,13 @@ a dashboard shows no more, and a wattage that moved by 0.01 W is not worth a byt
 """
 
 from collections import defaultdict
-from datetime import timedelta
 from typing import Any, NamedTuple
 
 from django.conf import settings
-from django.db import connection
 from django.db.models import OuterRef, QuerySet, Subquery
 
 from apps.dashboard.deltas import Tree
-from apps.dashboard.messages import LIVE_GPU_FIELDS, GpuReading, fleet_entry
+from apps.dashboard.messages import LIVE_GPU_FIELDS, fleet_entry
 from apps.failures.api.serializers import FailureSerializer
 from apps.failures.choices import FailureKind, most_severe
 from apps.failures.models import IS_ALARM, Failure
@@ -112,69 +108,18 @@ class _Reading(NamedTuple):
     mem_used_mib: int | None
 
 
-_READING_COLUMNS = ("gpu_index", "util_gpu", "power_w", "temp_c", "mem_used_mib")
-
-
 def _stored_fleet_telemetry() -> dict[int, Tree]:
-    """Each reporting node's telemetry fragment of its fleet entry (``fleet_fragment``), from the newest
-    sample of its GPUs. On PostgreSQL the database sums up each node (``_postgresql_fleet_telemetry``);
-    elsewhere every GPU's row is read and summed up here, as apps/dashboard/messages.py sums up a sample."""
-    return _postgresql_fleet_telemetry() if connection.vendor == "postgresql" else _python_fleet_telemetry()
-
-
-def _python_fleet_telemetry() -> dict[int, Tree]:
-    newest = {node_id: summary["ts"] for node_id, summary in LatestGpuSample.objects.node_summaries().items()}
-    reporting = timedelta(seconds=stale_after_s())
-    readings: dict[int, list[GpuReading]] = defaultdict(list)
-    for node_id, ts, *reading in LatestGpuSample.objects.values_list("node_id", "ts", *_READING_COLUMNS).order_by():
-        if ts >= newest[node_id] - reporting:  # a tuple, not a struct: 8,000 of them per snapshot
-            readings[node_id].append(_Reading._make(reading))
+    """Each reporting node's telemetry fragment of its fleet entry (``fleet_fragment``), from its newest
+    sample, summed up as apps/dashboard/messages.py sums up a published one: one row per node, only
+    the fields a fleet entry reads unpacked (a tuple per GPU, not a struct: 8,000 of them per snapshot)."""
     return {
-        node_id: fleet_fragment(fleet_entry(node_id, newest[node_id].timestamp(), gpus))
-        for node_id, gpus in readings.items()
+        node_id: fleet_fragment(fleet_entry(node_id, ts.timestamp(), [_Reading._make(gpu) for gpu in gpus]))
+        for (node_id, ts), gpus in LatestGpuSample.objects.order_by().unpacked(_Reading._fields, "node_id", "ts")
     }
 
 
-# One JSON array of one array per node (a single document parses far faster than a thousand rows of
-# JSON). round() of a double rounds half to even in PostgreSQL as in Python, so the cells are the
-# ones heat_cell makes (tests/dashboard/test_streams.py compares the two on the same rows).
-_FLEET_TELEMETRY_SQL = """
-    SELECT coalesce(json_agg(json_build_array(node_id, ts, gpus, util_mean, power_total, temp_max, cells)), '[]')
-    FROM (
-        SELECT node_id, extract(epoch FROM max(ts))::float8 AS ts, count(*) AS gpus, avg(util_gpu) AS util_mean,
-               sum(power_w) AS power_total, max(temp_c) AS temp_max,
-               json_agg(json_build_array(gpu_index, round(util_gpu), round(power_w), round(temp_c),
-                                         round(mem_used_mib::float8 / 1024)) ORDER BY gpu_index) AS cells
-        FROM (SELECT *, max(ts) OVER (PARTITION BY node_id) AS newest FROM {table}) AS gpu
-        WHERE ts >= newest - make_interval(secs => %s)
-        GROUP BY node_id
-    ) AS per_node
-"""
-
-
-def _postgresql_fleet_telemetry() -> dict[int, Tree]:
-    """``_python_fleet_telemetry`` summed up by PostgreSQL: 1,000 rows instead of 8,000 at 1,000 nodes,
-    and the arithmetic in the database's process. Reading and summing every GPU's row here took ~30 ms
-    of Python, and 150-400 ms under the ingest's load, since it competed for the GIL with the
-    process's event loop and telemetry writer."""
-    fragments: dict[int, Tree] = {}
-    with connection.cursor() as cursor:
-        table = connection.ops.quote_name(LatestGpuSample._meta.db_table)
-        cursor.execute(_FLEET_TELEMETRY_SQL.format(table=table), [stale_after_s()])
-        (nodes,) = cursor.fetchone()
-        for node_id, ts, gpus, util_mean, power_total, temp_max, cells in nodes:
-            heat: list[list[int | None] | None] = [None] * (cells[-1][0] + 1)
-            for index, *cell in cells:
-                heat[index] = cell
-            entry = {"ts": ts, "gpus": gpus, "heat": heat}
-            entry |= {"util_gpu_mean": util_mean, "power_w_total": power_total, "temp_c_max": temp_max}
-            fragments[node_id] = fleet_fragment(entry)
-    return fragments
-
-
 def fleet_snapshot() -> Tree:
-    """Every node's fleet entry, by node id: three queries on PostgreSQL, four elsewhere, whatever the
-    fleet's size."""
+    """Every node's fleet entry, by node id: three queries, whatever the fleet's size."""
     alarms: dict[int, list[tuple[str, int | None, str]]] = defaultdict(list)
     for node_id, *alarm in alarm_rows(Failure.objects.all()):
         alarms[node_id].append(tuple(alarm))
@@ -189,20 +134,23 @@ def fleet_snapshot() -> Tree:
 
 
 def node_snapshot(node_id: int) -> Tree | None:
-    """One node's state (None: no such node): three queries."""
-    node = Node.objects.filter(pk=node_id).values(*NODE_FIELDS).first()
+    """One node's state (None: no such node): three queries (four when one of its GPUs is missing from
+    its newest sample: that GPU's last values come with their older ``ts``, shown as stale)."""
+    node = Node.objects.filter(pk=node_id).values(*NODE_FIELDS, "node_type__gpus_per_node").first()
     if node is None:
         return None
     failures = list(Failure.objects.with_related().active().filter(node_id=node_id).order_by("id"))
-    state: Tree = dict(node) | alarm_summary(
+    state: Tree = {field: node[field] for field in NODE_FIELDS} | alarm_summary(
         [(f.severity, f.gpu_index, f.kind) for f in failures if not f.is_side_effect]
     )
-    samples = list(LatestGpuSample.objects.filter(node_id=node_id).values("gpu_index", "ts", *LIVE_GPU_FIELDS))
-    for sample in samples:
-        sample["ts"] = rounded_ts(sample["ts"].timestamp())
-    if samples:
-        state["ts"] = max(sample["ts"] for sample in samples)
-    state["gpus"] = {str(s.pop("gpu_index")): {field: rounded(value) for field, value in s.items()} for s in samples}
+    readings = LatestGpuSample.objects.of_node(node_id, expected=range(node["node_type__gpus_per_node"] or 0))
+    if readings:
+        state["ts"] = max(rounded_ts(gpu.ts.timestamp()) for gpu in readings.values())
+    state["gpus"] = {
+        str(index): {"ts": rounded_ts(gpu.ts.timestamp())}
+        | {field: rounded(getattr(gpu, field)) for field in LIVE_GPU_FIELDS}
+        for index, gpu in sorted(readings.items())
+    }
     state["failures"] = {str(f.pk): failure_payload(f) for f in failures}
     return state
 

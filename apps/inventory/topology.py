@@ -5,10 +5,9 @@ fleet's size.
 Link state comes from the inventory (``link_state`` of node and switch ports, kept current by the
 agents' port events): **up** is active, **down** is down, initializing or polling (no traffic
 passes), **unknown** is what an inventory without state says. Load comes from telemetry: the caller
-hands over a ``LoadJoin`` (apps/telemetry/links.py), each port's newest reading joined to it, and
-the query that reads the nodes sums them too. Nodes are read per switch already counted and summed
-in the database, so the page reads one row per node under each switch, not one per port and one per
-reading: 1,000 rows at 1,000 nodes instead of 16,000.
+hands over each port's reading now (``PortLoads``, apps/telemetry/links.py), which are summed here
+over the cabled ports, read once for their state and rate. Nodes are read per switch already
+counted in the database, one row per node under each switch.
 
 Utilization of a link is its busier direction's share of its rate: max(tx, rx) / rate, since a
 full-duplex link saturates one direction at a time. For a node or a switch it is the same over all
@@ -24,9 +23,9 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, TypedDict
+from typing import TypedDict
 
-from django.db.models import Aggregate, Count, F, Model, Q, QuerySet, Sum
+from django.db.models import Count, F, Model, Q, QuerySet, Sum
 
 from apps.inventory.choices import FabricKind, LinkState, SwitchTier
 from apps.inventory.models import Fabric, NetworkPort, Node, NvLink, Switch, SwitchPort
@@ -196,21 +195,10 @@ class Topology:
         return not self.fabrics
 
 
-@dataclass(frozen=True)
-class LoadJoin:
-    """Readings joined to the node ports cabled to a switch, and summed per node and switch by the
-    query that reads the nodes: ``ports`` those ports with the readings joined (at most one each),
-    ``sums`` the aggregates ``tx``, ``rx`` and ``rate`` (Gb/s) and ``links`` (the ports that reported)."""
-
-    ports: QuerySet[NetworkPort]
-    sums: Mapping[str, Aggregate]
-
-    def __post_init__(self) -> None:
-        if set(self.sums) != set(LOAD_SUMS):
-            raise ValueError(f"A LoadJoin sums {', '.join(LOAD_SUMS)}, not {', '.join(self.sums)}")
-
-
-LOAD_SUMS = ("tx", "rx", "rate", "links")
+PortKey = tuple[int, str, int]  # node, device, port number
+# A port's reading now: tx, rx and rate in Gb/s (None: not reported; a rate of None or 0 is the
+# inventory's). The caller hands them over (apps/telemetry/links.py): inventory reads no telemetry.
+PortLoads = Mapping[PortKey, tuple[float | None, float | None, float | None]]
 
 
 def cabled_node_ports() -> QuerySet[NetworkPort]:
@@ -218,7 +206,7 @@ def cabled_node_ports() -> QuerySet[NetworkPort]:
     return NetworkPort.objects.filter(_peer_switch_port__isnull=False)
 
 
-def fabric_overview(loads: LoadJoin | None = None) -> Topology:
+def fabric_overview(loads: PortLoads | None = None) -> Topology:
     """Every fabric, its switches by tier, the nodes under each switch, link states, and with ``loads``
     each node's load: six queries (seven with an NVLink fabric)."""
     fabrics = {
@@ -272,38 +260,39 @@ def _count_switch_links(switches: dict[int, SwitchView]) -> None:
         counts.gbps += row["gbps"]
 
 
-def _cable_nodes(switches: dict[int, SwitchView], loads: LoadJoin | None) -> None:
+def _cable_nodes(switches: dict[int, SwitchView], loads: PortLoads | None) -> None:
     """Put each node under the switches its ports are cabled to, with those ports counted by condition
-    and their load summed: two queries, one row per node and switch, and one per port that is not up."""
+    and, with ``loads``, the load of those that reported summed: two queries, one row per node and
+    switch, and one per cabled port (its state and its rate, which a reading without one falls back to)."""
     nodes: dict[CabledKey, CabledNode] = {}
-    sums: Mapping[str, Any] = loads.sums if loads is not None else {}
     rows = (
-        (loads.ports if loads is not None else cabled_node_ports())
+        cabled_node_ports()
         .values_list("_peer_switch_port__switch_id", "node_id", "node__hostname", "node__lifecycle", "node__liveness")
         .annotate(
             up=Count("pk", filter=Q(link_state=LinkState.ACTIVE)),
             unknown=Count("pk", filter=Q(link_state=LinkState.UNKNOWN)),
             total=Count("pk"),
             gbps=Sum("rate_gbps"),
-            **{name: sums[name] for name in LOAD_SUMS if name in sums},
         )
         .order_by("node__hostname", "_peer_switch_port__switch_id")
     )
-    for switch_id, node_id, hostname, lifecycle, liveness, up, unknown, total, gbps, *load in rows:
+    for switch_id, node_id, hostname, lifecycle, liveness, up, unknown, total, gbps in rows:
         links = LinkCounts(Counter({UP: up, DOWN: total - up - unknown, UNKNOWN: unknown}), gbps)
         node = nodes[switch_id, node_id] = CabledNode(node_id, hostname, lifecycle, liveness, links)
-        if load:
-            tx, rx, rate, reported = load
-            node.load = LinkLoad(tx or 0.0, rx or 0.0, rate or 0.0, reported)
         switches[switch_id].nodes.append(node)
-    not_up = (
+    ports = (
         cabled_node_ports()
-        .exclude(link_state=LinkState.ACTIVE)
-        .values_list("_peer_switch_port__switch_id", "node_id", "device_name", "port_num", "link_state")
+        .values_list("_peer_switch_port__switch_id", "node_id", "device_name", "port_num", "link_state", "rate_gbps")
         .order_by("device_name", "port_num")
     )
-    for switch_id, node_id, device, number, state in not_up:
-        nodes[switch_id, node_id].not_up.append(f"{device}/{number}: {link_condition(state)}")
+    loads = loads or {}
+    for switch_id, node_id, device, number, state, inventory_rate in ports:
+        node = nodes[switch_id, node_id]
+        if state != LinkState.ACTIVE:
+            node.not_up.append(f"{device}/{number}: {link_condition(state)}")
+        if (reading := loads.get((node_id, device, number))) is not None:
+            tx, rx, rate = reading
+            node.load.add(tx, rx, rate or float(inventory_rate or 0))
 
 
 def _count_nvlinks(fabrics: list[FabricView]) -> None:

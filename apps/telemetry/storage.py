@@ -17,9 +17,9 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from operator import itemgetter
 from typing import Any
 
+import psycopg
 from django.db import DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.utils import CursorWrapper
@@ -29,10 +29,8 @@ from django.utils import timezone
 from agents.protocol import Telemetry
 from apps.telemetry.cursors import claim_telemetry_seqs
 from apps.telemetry.models import (
-    GPU_METRIC_FIELDS,
     GPU_PACKING,
     PORT_PACKING,
-    PORT_SAMPLE_FIELDS,
     LatestGpuSample,
     LatestPortSample,
     NodeGpuSample,
@@ -43,17 +41,15 @@ from apps.telemetry.partitions import day_of, partition_days
 
 log = logging.getLogger(__name__)
 
-# Column order of a copied raw row; of a newest-sample row: (ts, received_at, node_id) + the protocol
-# struct's fields, in the packing's order (``samples.items``).
+# Column order of a copied raw row, and of a newest-sample row (the same row, upserted).
 GPU_SAMPLE_COLUMNS: tuple[str, ...] = ("node_id", "ts", "received_at", "gpus")
 PORT_SAMPLE_COLUMNS: tuple[str, ...] = ("node_id", "ts", "received_at", "ports")
-GPU_COLUMNS: tuple[str, ...] = ("ts", "received_at", "node_id", "gpu_index", *GPU_METRIC_FIELDS)
-PORT_COLUMNS: tuple[str, ...] = ("ts", "received_at", "node_id", *PORT_SAMPLE_FIELDS)
 
 # PostgreSQL type of each Django field kind, for binary COPY (which sends no type inference).
 _PG_BINARY_TYPES = {
     "DateTimeField": "timestamptz",
     "ForeignKey": "int8",
+    "OneToOneField": "int8",
     "SmallIntegerField": "int2",
     "IntegerField": "int4",
     "BigIntegerField": "int8",
@@ -126,7 +122,7 @@ def write_batch(
                 raise
             _LATEST_GPUS.upsert(connection, cursor, rows.newest_gpus)
             _LATEST_PORTS.upsert(connection, cursor, rows.newest_ports)
-            result.latest_ts = rows.latest_ts
+            result.latest_ts = rows.latest_ts()
             result.gpu_rows, result.port_rows = rows.gpu_samples, rows.port_samples
     return result
 
@@ -134,24 +130,29 @@ def write_batch(
 # Rows ------------------------------------------------------------------------------------------
 
 
-Row = tuple[Any, ...]
-Due = tuple[float, Any, list[Row], list[Row]]  # a sample due for the newest rows: (ts, db ts, GPUs, ports)
-_GPU_KEY, _PORT_KEY = itemgetter(0), itemgetter(0, 1)  # a GPU reading's index; a port's device and number
+Row = tuple[Any, ...]  # (node id, db ts, db received_at, packed)
+Newest = tuple[float, Row]  # a node's newest row so far: its sample's ts, the row
 
 
 @dataclass(slots=True)
 class _Rows:
     """What a batch writes: raw rows (one per node and sample, packed), the days they fall on, and the
-    newest-sample rows of the nodes due for a refresh, one per GPU and port."""
+    newest row of each node due for a refresh (the same rows, one GPU row and one port row a node)."""
 
     gpus: list[Row] = field(default_factory=list)
     ports: list[Row] = field(default_factory=list)
     days: set[date] = field(default_factory=set)
     gpu_samples: int = 0
     port_samples: int = 0
-    newest_gpus: list[Row] = field(default_factory=list)
-    newest_ports: list[Row] = field(default_factory=list)
-    latest_ts: dict[int, float] = field(default_factory=dict)  # node -> its newest rows' sample ts
+    newest_gpus: dict[int, Newest] = field(default_factory=dict)
+    newest_ports: dict[int, Newest] = field(default_factory=dict)
+
+    def latest_ts(self) -> dict[int, float]:
+        """Each refreshed node's newest sample ts."""
+        found = {node_id: ts for node_id, (ts, _) in self.newest_gpus.items()}
+        for node_id, (ts, _) in self.newest_ports.items():
+            found[node_id] = max(ts, found.get(node_id, ts))
+        return found
 
 
 def _rows(
@@ -160,13 +161,14 @@ def _rows(
     received_at: datetime,
     latest_not_before: Mapping[int, float],
 ) -> _Rows:
-    """Each sample's items are made once (``items``) and serve both its packed row and, when the node is
-    due, its newest rows: this runs for every sample of the fleet, at 1,000 nodes 1,000 times a second."""
+    """Each sample packed into its node's rows; a due node's newest rows are the newest of them (the
+    first of those with the same time). This runs for every sample of the fleet, at 1,000 nodes 1,000
+    times a second."""
     db_time = connection.ops.adapt_datetimefield_value  # psycopg: as is; SQLite: Django's text form
     received = db_time(received_at)
     pack_gpus, pack_ports = GPU_PACKING.pack, PORT_PACKING.pack
     rows = _Rows()
-    due: dict[int, list[Due]] = {}
+    newest_gpus, newest_ports = rows.newest_gpus, rows.newest_ports
     for submission in stored:
         node_id = submission.node_id
         due_from = latest_not_before.get(node_id, 0.0)
@@ -174,34 +176,23 @@ def _rows(
             moment = datetime.fromtimestamp(sample.ts, UTC)
             ts = db_time(moment)
             rows.days.add(day_of(moment))
-            gpus, ports = items(GPU_PACKING, sample.gpus), items(PORT_PACKING, sample.ports)
-            if gpus:
-                rows.gpus.append((node_id, ts, received, pack_gpus(gpus)))
-                rows.gpu_samples += len(gpus)
-            if ports:
-                rows.ports.append((node_id, ts, received, pack_ports(ports)))
-                rows.port_samples += len(ports)
-            if sample.ts >= due_from and (gpus or ports):
-                due.setdefault(node_id, []).append((sample.ts, ts, gpus, ports))
-    for node_id, samples in due.items():
-        _add_newest(rows, node_id, samples, received)
+            due = sample.ts >= due_from
+            if sample.gpus:
+                row = (node_id, ts, received, pack_gpus(items(GPU_PACKING, sample.gpus)))
+                rows.gpus.append(row)
+                rows.gpu_samples += len(sample.gpus)
+                if due and sample.ts > newest_gpus.get(node_id, _NEVER)[0]:
+                    newest_gpus[node_id] = (sample.ts, row)
+            if sample.ports:
+                row = (node_id, ts, received, pack_ports(items(PORT_PACKING, sample.ports)))
+                rows.ports.append(row)
+                rows.port_samples += len(sample.ports)
+                if due and sample.ts > newest_ports.get(node_id, _NEVER)[0]:
+                    newest_ports[node_id] = (sample.ts, row)
     return rows
 
 
-def _add_newest(rows: _Rows, node_id: int, samples: list[Due], received: Any) -> None:
-    """The node's newest row of each GPU (by index) and port (by device and number) among ``samples``:
-    from the newest sample that has it, the first of those with the same time."""
-    if len(samples) > 1:
-        samples = sorted(samples, key=itemgetter(0), reverse=True)  # stable: the first of a time stays first
-    rows.latest_ts[node_id] = samples[0][0]
-    seen: set[Any] = set()  # GPU indices (ints) and ports' (device, number)
-    for _, ts, gpus, ports in samples:
-        head = (ts, received, node_id)
-        for newest, key, readings in ((rows.newest_gpus, _GPU_KEY, gpus), (rows.newest_ports, _PORT_KEY, ports)):
-            for reading in readings:
-                if (found := key(reading)) not in seen:  # one row per key: an upsert may not touch a row twice
-                    seen.add(found)
-                    newest.append(head + reading)
+_NEVER: Newest = (float("-inf"), ())
 
 
 def _insert_samples(
@@ -253,41 +244,40 @@ def binary_types(model: type[Model], columns: Sequence[str]) -> list[str]:
 
 @dataclass(frozen=True)
 class _LatestTable:
-    """A newest-sample table: one row per GPU (or port), replaced whole by a newer sample, never by
-    an older one (a replay).
+    """A newest-sample table: one row per node, replaced whole by a newer sample, never by an older
+    one (a replay).
 
-    On PostgreSQL the rows are copied into a temporary table and upserted from it in one
-    statement: ``executemany`` costs a round trip per row (~0.25 ms each, 2,000 per batch).
+    On PostgreSQL the rows go in as four binary arrays in one prepared statement (``unnest``): 1.4 ms
+    for 250 nodes where copying them into a temporary table and upserting from it took 3.5. The rows
+    need no order of their own: the batch's cursor rows, claimed first and in node order, already
+    keep two writers of the same nodes apart.
     """
 
     model: type[Model]
     columns: tuple[str, ...]
-    key: tuple[str, ...]
 
     @property
     def table(self) -> str:
         return self.model._meta.db_table
 
     @property
-    def stage(self) -> str:
-        return f"{self.table}_stage"  # per-session temporary table, emptied at each commit
-
-    @property
     def on_conflict_newer(self) -> str:
-        updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in self.columns if c not in self.key)
-        return f"ON CONFLICT ({', '.join(self.key)}) DO UPDATE SET {updates} WHERE {self.table}.ts < EXCLUDED.ts"
+        updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in self.columns[1:])
+        return f"ON CONFLICT (node_id) DO UPDATE SET {updates} WHERE {self.table}.ts < EXCLUDED.ts"
 
-    def upsert(self, connection: BaseDatabaseWrapper, cursor: CursorWrapper, rows: list[Row]) -> None:
-        if not rows:
+    def upsert(self, connection: BaseDatabaseWrapper, cursor: CursorWrapper, newest: dict[int, Newest]) -> None:
+        if not newest:
             return
         columns = ", ".join(self.columns)
+        rows = [row for _, row in newest.values()]
         if connection.vendor == "postgresql":
-            stage = f"CREATE TEMPORARY TABLE IF NOT EXISTS {self.stage} (LIKE {self.table}) ON COMMIT DELETE ROWS"
-            cursor.execute(stage)
-            _bulk_insert(connection, cursor, self.model, self.columns, rows, table=self.stage)
-            cursor.execute(
-                f"INSERT INTO {self.table} ({columns}) SELECT {columns} FROM {self.stage} {self.on_conflict_newer}"
-            )
+            arrays = ", ".join(f"%b::{kind}[]" for kind in binary_types(self.model, self.columns))
+            with connection.wrap_database_errors, psycopg.Cursor(cursor.cursor.connection) as binary:
+                binary.execute(
+                    f"INSERT INTO {self.table} ({columns}) SELECT * FROM unnest({arrays}) {self.on_conflict_newer}",
+                    [list(column) for column in zip(*rows, strict=True)],
+                    prepare=True,
+                )
         else:
             placeholders = ", ".join(["%s"] * len(self.columns))
             cursor.executemany(
@@ -295,5 +285,5 @@ class _LatestTable:
             )
 
 
-_LATEST_GPUS = _LatestTable(LatestGpuSample, GPU_COLUMNS, key=("node_id", "gpu_index"))
-_LATEST_PORTS = _LatestTable(LatestPortSample, PORT_COLUMNS, key=("node_id", "device", "port"))
+_LATEST_GPUS = _LatestTable(LatestGpuSample, GPU_SAMPLE_COLUMNS)
+_LATEST_PORTS = _LatestTable(LatestPortSample, PORT_SAMPLE_COLUMNS)

@@ -12,7 +12,7 @@ from apps.failures.models import Failure
 from apps.failures.recording import raise_failure
 from apps.inventory.choices import Liveness
 from apps.inventory.models import Node
-from apps.telemetry.models import LatestGpuSample, LatestPortSample, NodeGpuSample
+from apps.telemetry.models import NodeGpuSample
 from tests import factories
 
 HW_SLOWDOWN_AND_POWER_CAP = 0x8 | 0x4
@@ -63,30 +63,28 @@ def store_samples(node: Node, now: datetime, *, gpus: int, ports: int) -> None:
     """The newest sample of every GPU (GPU 0 hot and slowed down), raw samples for the charts, and
     the newest sample of every port (the last port down, with link errors)."""
     odd = {"throttle_reasons": HW_SLOWDOWN_AND_POWER_CAP, "ecc_uncorrected_volatile": 2, "pcie_replay_count": 7}
-    LatestGpuSample.objects.bulk_create(
-        LatestGpuSample(node=node, ts=now, received_at=now, **gpu_metrics(i, **(odd if i == 0 else {})))
-        for i in range(gpus)
-    )
+    factories.latest_gpus(node, now, [gpu_metrics(i, **(odd if i == 0 else {})) for i in range(gpus)])
     NodeGpuSample.objects.bulk_create(
         NodeGpuSample.of(node.pk, now - timedelta(seconds=10 * s), [reading(wave(i, s)) for i in range(gpus)], now)
         for s in range(RAW_SAMPLES)
     )
-    LatestPortSample.objects.bulk_create(
-        LatestPortSample(
-            node=node,
-            ts=now,
-            received_at=now,
-            device=f"mlx5_{p}",
-            port=1,
-            state="down" if p == ports - 1 else "active",
-            rate_gbps=400.0,
-            tx_gbps=120.5,
-            rx_gbps=118.0,
-            symbol_errors=11 if p == ports - 1 else 0,
-            link_downed=p == ports - 1,
-            rcv_errors=0,
-        )
-        for p in range(ports)
+    factories.latest_ports(
+        node,
+        now,
+        [
+            dict(
+                device=f"mlx5_{p}",
+                port=1,
+                state="down" if p == ports - 1 else "active",
+                rate_gbps=400.0,
+                tx_gbps=120.5,
+                rx_gbps=118.0,
+                symbol_errors=11 if p == ports - 1 else 0,
+                link_downed=int(p == ports - 1),
+                rcv_errors=0,
+            )
+            for p in range(ports)
+        ],
     )
 
 

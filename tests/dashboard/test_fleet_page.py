@@ -12,7 +12,7 @@ from playwright.sync_api import Page, expect
 from apps.dashboard import messages
 from apps.failures.events import record_events
 from apps.inventory.models import Node
-from apps.telemetry.models import LatestGpuSample, NodeMinuteRollup
+from apps.telemetry.models import NodeMinuteRollup
 from tests import factories
 from tests.dashboard.conftest import group_send, off_the_loop, screenshot
 from tests.dashboard.test_live_stream import ALL_GPU_FIELDS, fleet_update, sample_at
@@ -35,11 +35,8 @@ def fleet(transactional_db) -> list[Node]:
         factories.cable_node_to_leaf(node, leaves[i % 2])
         nodes.append(node)
     at = datetime.now(tz=UTC)  # the values of now: older ones are drawn as stale (tests/dashboard/test_pages_stale.py)
-    LatestGpuSample.objects.bulk_create(
-        LatestGpuSample(node=node, gpu_index=i, ts=at, received_at=at, power_limit_w=700.0, **ALL_GPU_FIELDS)
-        for node in nodes
-        for i in range(8)
-    )
+    for node in nodes:
+        factories.latest_gpus(node, at, [dict(gpu_index=i, power_limit_w=700.0, **ALL_GPU_FIELDS) for i in range(8)])
     return nodes
 
 

@@ -56,10 +56,7 @@ def fleet_update(*samples: tuple[int, NodeSample]) -> dict:
 
 def store_latest(node: Node, ts: float, *, util: float = 50.0) -> None:
     at = datetime.fromtimestamp(ts, tz=UTC)
-    LatestGpuSample.objects.bulk_create(
-        LatestGpuSample(node=node, gpu_index=i, ts=at, received_at=at, **{**ALL_GPU_FIELDS, "util_gpu": util})
-        for i in range(8)
-    )
+    factories.latest_gpus(node, at, [dict(ALL_GPU_FIELDS, gpu_index=i, util_gpu=util) for i in range(8)])
 
 
 def eventually(check, *, timeout: float = 5.0) -> bool:
@@ -448,4 +445,4 @@ def test_telemetry_stored_by_the_ingestor_reaches_a_browser_watching_the_node(as
     assert delta["type"] == "delta"
     change = delta["nodes"][str(node.pk)]
     assert (change["ts"], change["gpus"]["7"]["util_gpu"]) == (T0, 64.0)
-    assert LatestGpuSample.objects.filter(node=node).count() == 8
+    assert len(LatestGpuSample.objects.get(node=node).readings()) == 8

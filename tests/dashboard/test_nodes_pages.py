@@ -13,7 +13,6 @@ from apps.failures.conditions import Observation, xid_condition
 from apps.failures.recording import raise_failure
 from apps.inventory.choices import Lifecycle, Liveness
 from apps.inventory.models import Node
-from apps.telemetry.models import LatestGpuSample
 from tests import factories
 from tests.dashboard.node_data import gpu_metrics, node_with_history
 
@@ -135,10 +134,7 @@ def test_no_match_says_so_and_offers_every_node(viewer_client, fleet):
 
 def test_the_live_columns_start_from_the_newest_samples_and_the_alarms(viewer_client, fleet):
     now = timezone.now()
-    LatestGpuSample.objects.bulk_create(
-        LatestGpuSample(node=fleet["d"], ts=now, received_at=now, **gpu_metrics(i, util_gpu=70.0 + i, power_w=600.0))
-        for i in range(2)
-    )
+    factories.latest_gpus(fleet["d"], now, [gpu_metrics(i, util_gpu=70.0 + i, power_w=600.0) for i in range(2)])
     raise_failure(Observation(fleet["d"].pk, now, xid_condition(79), gpu_index=0, xid=79), actor="test")
 
     response = viewer_client.get("/nodes/")

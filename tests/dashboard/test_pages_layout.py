@@ -1,6 +1,7 @@
 """Layout at a laptop's 1366x768 in real headless Chromium: wide tables scroll inside their card, not
 the page, and nothing is cut off at the window's right edge."""
 
+import msgspec
 import pytest
 from playwright.sync_api import Page, expect
 
@@ -21,7 +22,9 @@ def busy_node() -> Node:
     """A node whose GPU rows are as wide as they get: every clock event reason, a recovery action, and
     a serial and model on every GPU."""
     node = node_with_history(transitions=0)
-    LatestGpuSample.objects.filter(node=node).update(throttle_reasons=0x1FF, recovery_action=2)
+    latest = LatestGpuSample.objects.get(node=node)
+    gpus = [msgspec.structs.replace(gpu, throttle_reasons=0x1FF, recovery_action=2) for gpu in latest.readings()]
+    LatestGpuSample.of(node.pk, latest.ts, gpus, latest.received_at).save()
     Gpu.objects.filter(node=node).update(serial="1654922012345", model="NVIDIA H100 80GB HBM3 (SXM5)")
     return node
 

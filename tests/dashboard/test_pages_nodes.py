@@ -12,7 +12,6 @@ from playwright.sync_api import Page, expect
 
 from apps.inventory.choices import Lifecycle, Liveness
 from apps.inventory.models import Node, NodeTransition
-from apps.telemetry.models import LatestGpuSample
 from tests import factories
 from tests.dashboard.conftest import node_action, off_the_loop, screenshot
 from tests.dashboard.node_data import gpu_metrics, node_with_history
@@ -36,14 +35,10 @@ def small_fleet(count: int = 24) -> list[Node]:
         factories.cable_node_to_leaf(node, leaves[i // 12])
         liveness = Liveness.UNREACHABLE if i == 5 else Liveness.ONLINE
         Node.objects.filter(pk=node.pk).update(liveness=liveness, last_seen_at=now, serial=f"SN{7000 + i}")
-        LatestGpuSample.objects.bulk_create(
-            LatestGpuSample(
-                node=node,
-                ts=now,
-                received_at=now,
-                **gpu_metrics(g, util_gpu=float((i * 13 + g * 7) % 100), temp_c=45.0 + (i * 3 + g) % 40),
-            )
-            for g in range(8)
+        factories.latest_gpus(
+            node,
+            now,
+            [gpu_metrics(g, util_gpu=float((i * 13 + g * 7) % 100), temp_c=45.0 + (i * 3 + g) % 40) for g in range(8)],
         )
         nodes.append(node)
     return nodes

@@ -12,7 +12,6 @@ from agents.protocol import GpuEvent
 from apps.failures.events import node_unreachable, record_event, record_events
 from apps.inventory.choices import FabricKind, FabricTopology, Liveness, SwitchTier
 from apps.inventory.models import Fabric, Node, Rack
-from apps.telemetry.models import LatestGpuSample, LatestPortSample
 from tests import factories
 from tests.dashboard.conftest import live, off_the_loop, screenshot
 from tests.failures.conftest import events, xid
@@ -53,34 +52,36 @@ def ops_fleet() -> OpsFleet:
     now = timezone.now()
     for i, node in enumerate(nodes):
         hot = i == 5
-        LatestGpuSample.objects.bulk_create(
-            LatestGpuSample(
-                node=node,
-                gpu_index=g,
-                ts=now,
-                received_at=now,
-                util_gpu=95.0 if hot else 40.0 + 5 * i,
-                util_mem=30.0,
-                mem_used_mib=60_000,
-                temp_c=(86.0 if hot else 48.0 + 3 * i) + g % 3,
-                power_w=690.0 if hot else 300.0 + 30 * i,
-                sm_clock_mhz=1980,
-            )
-            for g in range(8)
+        factories.latest_gpus(
+            node,
+            now,
+            [
+                dict(
+                    gpu_index=g,
+                    util_gpu=95.0 if hot else 40.0 + 5 * i,
+                    util_mem=30.0,
+                    mem_used_mib=60_000,
+                    temp_c=(86.0 if hot else 48.0 + 3 * i) + g % 3,
+                    power_w=690.0 if hot else 300.0 + 30 * i,
+                    sm_clock_mhz=1980,
+                )
+                for g in range(8)
+            ],
         )
-        LatestPortSample.objects.bulk_create(
-            LatestPortSample(
-                node_id=node.pk,
-                ts=now,
-                device=f"mlx5_{p}",
-                port=1,
-                state="active",
-                rate_gbps=400.0,
-                tx_gbps=380.0 if hot else 20.0 * i,
-                rx_gbps=100.0,
-                received_at=now,
-            )
-            for p in range(4)
+        factories.latest_ports(
+            node,
+            now,
+            [
+                dict(
+                    device=f"mlx5_{p}",
+                    port=1,
+                    state="active",
+                    rate_gbps=400.0,
+                    tx_gbps=380.0 if hot else 20.0 * i,
+                    rx_gbps=100.0,
+                )
+                for p in range(4)
+            ],
         )
     fleet = OpsFleet(nodes, nodes[5], nodes[3], unracked)
 

@@ -13,10 +13,10 @@ from playwright.sync_api import Page, expect
 
 from apps.inventory.choices import GpuState, Liveness
 from apps.inventory.models import Gpu, Node, Rack
-from apps.telemetry.models import LatestGpuSample
+from apps.telemetry.models import NodeGpuSample
 from tests import factories
 from tests.dashboard.conftest import BROWSER_TEST_STALE_AFTER_S, off_the_loop, screenshot
-from tests.dashboard.node_data import gpu_metrics
+from tests.dashboard.node_data import gpu_metrics, reading
 from tests.dashboard.test_fleet_page import cell_centre, cell_colour, wait_for_first_render
 from tests.dashboard.test_pages_nodes import wait_until_live
 
@@ -46,16 +46,12 @@ def stale_fleet() -> StaleFleet:
             liveness=Liveness.UNREACHABLE if silent else Liveness.ONLINE,
             last_seen_at=now - AGE if silent else now,
         )
-        lost = {6} if hostname == "gpu-100" else set(range(8)) if silent else set()
-        LatestGpuSample.objects.bulk_create(
-            LatestGpuSample(
-                node=node,
-                ts=now - AGE if g in lost else now,
-                received_at=now,
-                **gpu_metrics(g, **({"util_gpu": 98.0, "power_w": 625.0, "temp_c": 63.0} if g in lost else {})),
-            )
-            for g in range(8)
-        )
+        last = [gpu_metrics(g, util_gpu=98.0, power_w=625.0, temp_c=63.0) for g in range(8)]  # AGE ago
+        NodeGpuSample.objects.bulk_create([NodeGpuSample.of(node.pk, now - AGE, [reading(g) for g in last], now - AGE)])
+        if silent:
+            factories.latest_gpus(node, now - AGE, last)
+        else:  # gpu-100's GPU 6 is not in its newest sample
+            factories.latest_gpus(node, now, [gpu_metrics(g) for g in range(8) if (hostname, g) != ("gpu-100", 6)])
         nodes.append(node)
     Gpu.objects.filter(node=nodes[0], index=6).update(state=GpuState.MISSING)
     return StaleFleet(*nodes)

@@ -1,14 +1,11 @@
 from datetime import UTC, datetime, timedelta
 
-import pytest
-from django.db import connection
-
 from agents.protocol import GpuSample
 from apps.dashboard import streams
 from apps.dashboard.messages import heat_cell, heat_cells
 from apps.dashboard.streams import alarm_summary
 from apps.inventory.models import Node
-from apps.telemetry.models import LatestGpuSample
+from apps.telemetry.models import NodeGpuSample
 from tests import factories
 
 
@@ -35,11 +32,9 @@ def test_a_nodes_cells_are_listed_by_gpu_index_with_a_gap_where_a_gpu_did_not_re
     assert heat_cells([reading(2), reading(0)]) == [[10, 100, 40, 2], None, [10, 100, 40, 2]]
 
 
-def test_postgresql_sums_up_the_fleet_as_the_python_path_does(db):
-    """The fleet snapshot's telemetry, summed up by PostgreSQL, is the same as summed up in Python
-    from the same rows: halves round to even both ways, absent values stay absent, gaps stay gaps."""
-    if connection.vendor != "postgresql":
-        pytest.skip("the snapshot sums up in the database on PostgreSQL only")
+def test_the_snapshot_sums_up_each_nodes_newest_sample_as_a_live_entry_does(db):
+    """Halves round to even, absent values stay absent, gaps stay gaps, as apps/dashboard/messages.py
+    sums up a published sample."""
     cluster, node_type = factories.cluster(), factories.node_type(nics=0)
     at = datetime(2026, 11, 30, 12, 0, 0, 123_000, tzinfo=UTC)
     rows = {
@@ -49,56 +44,52 @@ def test_postgresql_sums_up_the_fleet_as_the_python_path_does(db):
     }
     for hostname, gpus in rows.items():
         node = factories.node(cluster, node_type, hostname.replace(" ", "-"))
-        LatestGpuSample.objects.bulk_create(
-            LatestGpuSample(
-                node=node,
-                gpu_index=index,
-                ts=at - timedelta(seconds=index),
-                received_at=at,
-                util_gpu=util,
-                power_w=power,
-                temp_c=temp,
-                mem_used_mib=mem,
-            )
-            for index, util, power, temp, mem in gpus
-        )
+        readings = [
+            dict(zip(("gpu_index", "util_gpu", "power_w", "temp_c", "mem_used_mib"), g, strict=True)) for g in gpus
+        ]
+        factories.latest_gpus(node, at, readings)
 
-    in_python = streams._python_fleet_telemetry()
+    entries = streams._stored_fleet_telemetry()
 
-    assert streams._postgresql_fleet_telemetry() == in_python
-    assert len(in_python) == 3
-    halves = in_python[Node.objects.get(hostname="halves").pk]
+    assert len(entries) == 3
+    halves = entries[Node.objects.get(hostname="halves").pk]
     assert [cell[0] for cell in halves["heat"]] == [50, 52, 52, 54, 54, 56, 56, 58]  # 50.5 -> 50, 51.5 -> 52
     assert halves["ts"] == round(at.timestamp(), 3)
+    gaps = entries[Node.objects.get(hostname="gaps-and-absences").pk]
+    assert gaps["heat"] == [
+        [None, 300, None, None],
+        None,
+        None,
+        [12, None, 41, 80],
+        None,
+        None,
+        None,
+        [None, None, None, 0],
+    ]
+    assert (gaps["gpus"], gaps["util_gpu_mean"], gaps["power_w_total"], gaps["temp_c_max"]) == (3, 12.2, 300.0, 41.0)
+    nothing = entries[Node.objects.get(hostname="nothing-reported").pk]
+    assert (nothing["gpus"], nothing["util_gpu_mean"], nothing["power_w_total"]) == (4, None, None)
 
 
 def fell_off_the_bus(at: datetime) -> Node:
-    """A node whose GPU 6 stopped reporting a minute before the others' newest sample (XID 79)."""
+    """A node whose GPU 6 stopped reporting a minute before its newest sample (XID 79): in the raw
+    sample of a minute before, every GPU; in the newest, all but GPU 6."""
     node = factories.node(factories.cluster(), factories.node_type(nics=0), "gpu-079")
-    LatestGpuSample.objects.bulk_create(
-        LatestGpuSample(
-            node=node,
-            gpu_index=index,
-            ts=at - timedelta(minutes=1) if index == 6 else at,
-            received_at=at,
-            util_gpu=98.0 if index == 6 else 40.0,
-            power_w=625.0 if index == 6 else 300.0,
-            temp_c=63.0,
-            mem_used_mib=2048,
-        )
-        for index in range(8)
-    )
+    before = [
+        GpuSample(index=i, util_gpu=98.0 if i == 6 else 41.0, power_w=625.0 if i == 6 else 301.0, temp_c=63.0)
+        for i in range(8)
+    ]
+    NodeGpuSample.objects.bulk_create([NodeGpuSample.of(node.pk, at - timedelta(minutes=1), before, at)])
+    gpus = [dict(gpu_index=i, util_gpu=40.0, power_w=300.0, temp_c=63.0, mem_used_mib=2048) for i in range(8) if i != 6]
+    factories.latest_gpus(node, at, gpus)
     return node
 
 
-@pytest.mark.parametrize("summed_up", ["_python_fleet_telemetry", "_postgresql_fleet_telemetry"])
-def test_a_gpu_that_stopped_reporting_lends_the_fleet_entry_none_of_its_last_values(db, summed_up):
-    if summed_up == "_postgresql_fleet_telemetry" and connection.vendor != "postgresql":
-        pytest.skip("the snapshot sums up in the database on PostgreSQL only")
+def test_a_gpu_that_stopped_reporting_lends_the_fleet_entry_none_of_its_last_values(db):
     at = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
     node = fell_off_the_bus(at)
 
-    entry = getattr(streams, summed_up)()[node.pk]
+    entry = streams._stored_fleet_telemetry()[node.pk]
 
     assert entry["heat"][6] is None  # drawn as "no data", as every live entry since has it
     assert entry["heat"][5] == [40, 300, 63, 2]

@@ -2,11 +2,10 @@
 states, and load from port readings, in a fixed number of queries."""
 
 import pytest
-from django.db.models import Sum
 
 from apps.inventory.choices import FabricKind, FabricTopology, LinkState, SwitchTier
 from apps.inventory.models import Fabric, NetworkPort
-from apps.inventory.topology import LinkLoad, LoadJoin, fabric_overview, natural_key
+from apps.inventory.topology import LinkLoad, fabric_overview, natural_key
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -83,9 +82,22 @@ def test_a_node_cabled_to_two_leaves_sits_under_each_with_the_ports_cabled_there
     assert by_switch == {rail_0.pk: [("gpu-a", 1, 0, [])], rail_1.pk: [("gpu-a", 0, 1, ["mlx5_1/1: down"])]}
 
 
-def test_a_load_join_sums_what_the_topology_reads(cluster):
-    with pytest.raises(ValueError, match="tx, rx, rate, links"):
-        LoadJoin(NetworkPort.objects.all(), {"tx": Sum("rate_gbps")})
+def test_each_switch_sums_the_readings_of_the_ports_cabled_to_it(cluster):
+    fabric = factories.fabric(cluster)
+    rail_0, rail_1 = factories.switch(fabric), factories.switch(fabric)
+    node = factories.node(cluster, factories.node_type(nics=2, rate_gbps=400), "gpu-a")
+    for port, leaf in zip(node.ports.order_by("device_name"), (rail_0, rail_1), strict=True):
+        factories.cable(port, leaf.ports.create(name="p1", rate_gbps=port.rate_gbps))
+    loads = {
+        (node.pk, "mlx5_0", 1): (100.0, 50.0, None),  # no rate: the inventory's 400
+        (node.pk, "mlx5_1", 1): (None, 300.0, 200.0),
+        (node.pk, "mlx5_7", 1): (999.0, 999.0, 400.0),  # a port the inventory does not cable
+    }
+
+    [(_, leaves)] = fabric_overview(loads).fabrics[0].tiers
+
+    by_switch = {leaf.id: leaf.nodes[0].load for leaf in leaves}
+    assert by_switch == {rail_0.pk: LinkLoad(100.0, 50.0, 400.0, 1), rail_1.pk: LinkLoad(0.0, 300.0, 200.0, 1)}
 
 
 def test_an_nvlink_fabric_counts_its_clusters_links(cluster):

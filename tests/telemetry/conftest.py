@@ -7,7 +7,8 @@ import pytest
 
 from agents.protocol import GpuSample, NodeSample, PortSample, Telemetry
 from apps.inventory.models import Node
-from apps.telemetry.models import ROLLUP_FIELDS, ROLLUP_METRICS, ROLLUP_PACKING, NodeGpuSample
+from apps.telemetry import storage
+from apps.telemetry.models import ROLLUP_FIELDS, ROLLUP_METRICS, ROLLUP_PACKING, NodeGpuSample, NodePortSample
 from apps.telemetry.models.rollups import NodeRollup
 from apps.telemetry.queries import in_units, metric_field
 from apps.telemetry.rollups import ROLLUP_COLUMNS, Stats, rollup_row
@@ -83,6 +84,14 @@ def make_node(db: None):
         return factories.node(cluster, node_type)
 
     return make
+
+
+@pytest.fixture
+def refused_newest_ports(monkeypatch):
+    """The database refuses every batch's newest port rows, the last thing a batch writes (an upsert
+    into a table without the node key it names)."""
+    refused = storage._LatestTable(NodePortSample, storage.PORT_SAMPLE_COLUMNS)
+    monkeypatch.setattr(storage, "_LATEST_PORTS", refused)
 
 
 def raw(node: Node, ts: datetime, gpus: list[GpuSample], *, received: datetime | None = None) -> NodeGpuSample:

@@ -9,24 +9,13 @@ from django.utils import timezone
 from apps.inventory.choices import SwitchTier
 from apps.inventory.topology import fabric_overview
 from apps.telemetry.links import RECENT, link_loads
-from apps.telemetry.models import LatestPortSample
 from tests import factories
 
 pytestmark = pytest.mark.django_db
 
 
-def sample(node, device: str, at, tx: float | None, rate: float | None = 400.0) -> LatestPortSample:
-    return LatestPortSample.objects.create(
-        node_id=node.pk,
-        ts=at,
-        device=device,
-        port=1,
-        state="active",
-        rate_gbps=rate,
-        tx_gbps=tx,
-        rx_gbps=1.0,
-        received_at=at,
-    )
+def port(device: str, tx: float | None, rate: float | None = 400.0) -> dict:
+    return dict(device=device, port=1, state="active", rate_gbps=rate, tx_gbps=tx, rx_gbps=1.0)
 
 
 def test_each_node_sums_its_cabled_ports_recent_samples_only(django_assert_num_queries):
@@ -39,14 +28,16 @@ def test_each_node_sums_its_cabled_ports_recent_samples_only(django_assert_num_q
     for node in (busy, quiet):
         factories.cable_node_to_leaf(node, leaf)
     now = timezone.now()
-    sample(busy, "mlx5_0", now - timedelta(seconds=1), tx=200.0)
-    sample(busy, "mlx5_1", now - timedelta(seconds=1), tx=None, rate=None)  # no rate: the inventory's 400
-    sample(busy, "mlx5_2", now - timedelta(seconds=1), tx=100.0, rate=0.0)  # a rate of 0: the inventory's too
-    sample(busy, "mlx5_3", now - RECENT - timedelta(seconds=1), tx=300.0)  # too old to be "now"
-    sample(busy, "mlx5_9", now, tx=400.0)  # a port not cabled to a switch
-    sample(quiet, "mlx5_0", now - RECENT - timedelta(seconds=5), tx=50.0)
+    recent = [
+        port("mlx5_0", tx=200.0),
+        port("mlx5_1", tx=None, rate=None),  # no rate: the inventory's 400
+        port("mlx5_2", tx=100.0, rate=0.0),  # a rate of 0: the inventory's too
+        port("mlx5_9", tx=400.0),  # a port not cabled to a switch
+    ]  # mlx5_3 is not in the newest sample: no reading
+    factories.latest_ports(busy, now - timedelta(seconds=1), recent)
+    factories.latest_ports(quiet, now - RECENT - timedelta(seconds=5), [port("mlx5_0", tx=50.0)])  # too old to be "now"
 
-    with django_assert_num_queries(6):  # as many as without loads: they come in the nodes' query
+    with django_assert_num_queries(7):  # the loads' (a row per node), and the overview's six as without them
         topology = fabric_overview(link_loads(now=now))
 
     [(_, [spine_view]), (_, [leaf_view])] = topology.fabrics[0].tiers

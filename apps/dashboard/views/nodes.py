@@ -29,7 +29,7 @@ from apps.inventory.models import Cluster, Gpu, NetworkPort, Node, NodeType, Swi
 from apps.inventory.models.nodes import LIFECYCLE_TRANSITIONS, NodeQuerySet
 from apps.inventory.topology import nvlink_matrix
 from apps.telemetry import throttle
-from apps.telemetry.models import LatestGpuSample, LatestPortSample
+from apps.telemetry.models import LatestGpuSample, LatestPortSample, Reading
 from apps.telemetry.queries import WINDOWS
 
 # The list's filters, named as the REST API's /nodes filters are (the same filter set serves both).
@@ -185,7 +185,7 @@ LEVEL_CLASS = {"error": "bad", "warning": "warn"}
 class GpuRow:
     index: int
     gpu: Gpu | None  # None: the agent reports a GPU the inventory does not list
-    sample: LatestGpuSample | None  # None: never reported
+    sample: Reading | None  # None: not in the node's newest sample
 
     @property
     def clock_events(self) -> list[throttle.ClockEventReason]:
@@ -207,7 +207,7 @@ class GpuRow:
 class PortRow:
     name: str  # "mlx5_0/1"
     port: NetworkPort | None  # None: reported by the agent, not in the inventory
-    sample: LatestPortSample | None  # None: no sample in the last PORT_SAMPLE_MAX_AGE
+    sample: Reading | None  # None: not in a sample of the last PORT_SAMPLE_MAX_AGE
 
     @property
     def state(self) -> str:
@@ -221,9 +221,10 @@ class PortRow:
 
 
 def gpu_rows(node: Node) -> list[GpuRow]:
-    """The inventory's GPUs and the agent's newest sample of each, by index: two queries."""
+    """The inventory's GPUs and the agent's newest reading of each, by index: two queries (three when
+    a listed GPU is missing from the newest sample)."""
     gpus = {gpu.index: gpu for gpu in node.gpus.all()}
-    samples = {sample.gpu_index: sample for sample in LatestGpuSample.objects.filter(node=node)}
+    samples = LatestGpuSample.objects.of_node(node.pk, expected=gpus)
     return [GpuRow(index, gpus.get(index), samples.get(index)) for index in sorted(gpus.keys() | samples.keys())]
 
 
@@ -233,7 +234,7 @@ def port_rows(node: Node, now: Any) -> list[PortRow]:
         (port.device_name, port.port_num): port
         for port in NetworkPort.objects.filter(node=node).select_related("_peer_switch_port__switch")
     }
-    recent = LatestPortSample.objects.filter(node=node, ts__gte=now - PORT_SAMPLE_MAX_AGE)
+    recent = LatestPortSample.objects.filter(node=node, ts__gte=now - PORT_SAMPLE_MAX_AGE).readings()[node.pk]
     samples = {(sample.device, sample.port): sample for sample in recent}
     return [
         PortRow(f"{device}/{number}", ports.get((device, number)), samples.get((device, number)))

@@ -15,6 +15,7 @@ What differs from dcgm-exporter, on purpose:
 
 from collections.abc import Iterator
 from datetime import timedelta
+from operator import itemgetter
 from typing import Any
 
 from django.conf import settings
@@ -22,13 +23,12 @@ from django.conf import settings
 from apps.core.metrics import Column, Family, Labels, Scrape, by_column, labels
 from apps.inventory.metrics import node_label_fields, node_labels
 from apps.inventory.models import Gpu
-from apps.telemetry.models import GPU_METRIC_FIELDS, LatestGpuSample, LatestXid
+from apps.telemetry.models import GPU_FIELDS, GPU_METRIC_FIELDS, GPU_PACKING, LatestGpuSample, LatestXid
 
 # Values a GPU's series need beyond its newest sample's columns, worked out in ``_fresh_gpus``.
 DERIVED = ("fb_free_mib", "last_xid")
-_BOOLEANS = tuple(
-    f for f in GPU_METRIC_FIELDS if LatestGpuSample._meta.get_field(f).get_internal_type() == "BooleanField"
-)
+_BOOLEANS = tuple(f.name for f in GPU_PACKING.fields if f.kind is bool)
+_INDEX = itemgetter(0)  # a GPU's index, first of its unpacked values (GPU_FIELDS)
 
 
 # Names, types and help texts as dcgm-exporter's default-counters.csv (and dcp-metrics-included.csv) has them.
@@ -165,12 +165,11 @@ def collect(scrape: Scrape) -> Iterator[Family]:
 
 
 def _fresh_gpus(scrape: Scrape) -> list[tuple[Labels, dict[str, Any]]]:
-    """Each fresh GPU's labels and newest sample (booleans as 0 and 1, DERIVED added), by node and GPU."""
+    """Each fresh GPU's labels and newest sample (booleans as 0 and 1, DERIVED added), by node and GPU:
+    each node's row unpacked here, its GPUs in index order."""
     max_age = timedelta(seconds=settings.TELEMETRY_METRICS_MAX_AGE_S)
     fresh = scrape.within(LatestGpuSample.objects.filter(ts__gte=scrape.now - max_age), "node__cluster__name")
-    samples = fresh.order_by("node__hostname", "gpu_index").values(
-        "node_id", *node_label_fields("node__"), "gpu_index", *GPU_METRIC_FIELDS
-    )
+    nodes = fresh.order_by("node__hostname").unpacked(GPU_FIELDS, "node_id", *node_label_fields("node__"))
     inventory = {
         (node_id, index): (uuid, model, pci_bus_id, memory_mib)
         for node_id, index, uuid, model, pci_bus_id, memory_mib in Gpu.objects.filter(
@@ -184,22 +183,24 @@ def _fresh_gpus(scrape: Scrape) -> list[tuple[Labels, dict[str, Any]]]:
         )
     }
     gpus = []
-    for sample in samples:
-        key = (sample["node_id"], index := sample["gpu_index"])
-        uuid, model, pci_bus_id, memory_mib = inventory.get(key, ("", "", "", None))
-        used = sample["mem_used_mib"]
-        sample["fb_free_mib"] = memory_mib - used if used is not None and memory_mib is not None else None
-        sample["last_xid"] = xids.get(key)
-        for name in _BOOLEANS:
-            if sample[name] is not None:
-                sample[name] = int(sample[name])
-        pairs = (
-            ("gpu", str(index)),
-            ("UUID", uuid),
-            ("pci_bus_id", pci_bus_id),
-            ("device", f"nvidia{index}"),
-            ("modelName", model),
-            *node_labels(sample["node__hostname"], sample["node__cluster__name"], sample["node__rack__name"]),
-        )
-        gpus.append((labels(pairs), sample))
+    for (node_id, hostname, cluster, rack), readings in nodes:
+        for index, *values in sorted(readings, key=_INDEX):
+            sample = dict(zip(GPU_METRIC_FIELDS, values, strict=True))
+            key = (node_id, index)
+            uuid, model, pci_bus_id, memory_mib = inventory.get(key, ("", "", "", None))
+            used = sample["mem_used_mib"]
+            sample["fb_free_mib"] = memory_mib - used if used is not None and memory_mib is not None else None
+            sample["last_xid"] = xids.get(key)
+            for name in _BOOLEANS:
+                if sample[name] is not None:
+                    sample[name] = int(sample[name])
+            pairs = (
+                ("gpu", str(index)),
+                ("UUID", uuid),
+                ("pci_bus_id", pci_bus_id),
+                ("device", f"nvidia{index}"),
+                ("modelName", model),
+                *node_labels(hostname, cluster, rack),
+            )
+            gpus.append((labels(pairs), sample))
     return gpus

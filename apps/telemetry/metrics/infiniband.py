@@ -12,6 +12,7 @@ and Prometheus' ``rate()`` treats that as the counter reset it is.
 
 from collections.abc import Iterator
 from datetime import timedelta
+from operator import itemgetter
 
 from django.conf import settings
 
@@ -24,6 +25,7 @@ from apps.telemetry.models import LatestPortSample
 _STATE_IDS = {"down": 1, "polling": 1, "init": 2, "active": 4}
 _BYTES_PER_GBIT = 1e9 / 8
 _COUNTERS = ("rx_bytes", "tx_bytes", "link_downed", "symbol_errors", "rcv_errors")
+_DEVICE_PORT = itemgetter(0, 1)  # a port's device and number, first of its unpacked values
 
 
 # Names, types and help texts as node_exporter's collector/infiniband_linux.go has them.
@@ -74,22 +76,21 @@ FAMILIES: tuple[Column, ...] = (
 
 
 def collect(scrape: Scrape) -> Iterator[Family]:
-    """One query whatever the fleet's size."""
+    """One query whatever the fleet's size: each node's row unpacked here, its ports by device and number."""
     max_age = timedelta(seconds=settings.TELEMETRY_METRICS_MAX_AGE_S)
-    ports = (
+    fields = ("device", "port", "state", "rate_gbps", *_COUNTERS)
+    nodes = (
         scrape.within(LatestPortSample.objects.filter(ts__gte=scrape.now - max_age), "node__cluster__name")
-        .order_by("node__hostname", "device", "port")
-        .values(*node_label_fields("node__"), "device", "port", "state", "rate_gbps", *_COUNTERS)
+        .order_by("node__hostname")
+        .unpacked(fields, *node_label_fields("node__"))
     )
     rows = []
-    for port in ports:
-        rate = port["rate_gbps"]
-        port["rate_bytes"] = rate * _BYTES_PER_GBIT if rate is not None else None
-        port["state_id"] = _STATE_IDS.get(port["state"])
-        pairs = (
-            ("device", port["device"]),
-            ("port", str(port["port"])),
-            *node_labels(port["node__hostname"], port["node__cluster__name"], port["node__rack__name"]),
-        )
-        rows.append((labels(pairs), port))
+    for node, readings in nodes:
+        for values in sorted(readings, key=_DEVICE_PORT):
+            port = dict(zip(fields, values, strict=True))
+            rate = port["rate_gbps"]
+            port["rate_bytes"] = rate * _BYTES_PER_GBIT if rate is not None else None
+            port["state_id"] = _STATE_IDS.get(port["state"])
+            pairs = (("device", port["device"]), ("port", str(port["port"])), *node_labels(*node))
+            rows.append((labels(pairs), port))
     return by_column(FAMILIES, rows)

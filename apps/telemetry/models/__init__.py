@@ -1,8 +1,8 @@
 """Where telemetry lands: raw samples and rollups in the compact layout (docs/telemetry-storage.md),
-the newest sample of each GPU and port, the ingest cursors, and what agents' events left behind."""
+each node's newest GPU and port samples, the ingest cursors, and what agents' events left behind."""
 
 from apps.telemetry.models.ingest import AgentEvent, IngestProcess, LatestXid, TelemetryCursor, XidCount
-from apps.telemetry.models.latest import GpuMetrics, LatestGpuSample, LatestPortSample, PortReading
+from apps.telemetry.models.latest import LatestGpuSample, LatestPortSample, Reading
 from apps.telemetry.models.rollups import (
     ROLLUP_FIELDS,
     ROLLUP_METRICS,
@@ -33,7 +33,6 @@ __all__ = [
     "ROLLUP_PACKING",
     "ROLLUP_STATS",
     "AgentEvent",
-    "GpuMetrics",
     "IngestProcess",
     "LatestGpuSample",
     "LatestPortSample",
@@ -42,7 +41,7 @@ __all__ = [
     "NodeHourRollup",
     "NodeMinuteRollup",
     "NodePortSample",
-    "PortReading",
+    "Reading",
     "RollupProgress",
     "TelemetryCursor",
     "XidCount",

@@ -22,6 +22,14 @@ def node_without_constraint(*, on_delete: object, related_name: str) -> models.F
     return models.ForeignKey(Node, on_delete=on_delete, db_constraint=False, related_name=related_name, db_index=False)
 
 
+def node_primary_key(*, related_name: str) -> models.OneToOneField:
+    """A node as the primary key of a table of one row per node (its newest samples): deleting the node
+    deletes the row in the ORM, without a database constraint, as ``node_without_constraint`` says."""
+    return models.OneToOneField(
+        Node, on_delete=models.CASCADE, primary_key=True, db_constraint=False, related_name=related_name
+    )
+
+
 class PartitionedQuerySet(models.QuerySet):
     """Rows of a table split into daily partitions on PostgreSQL (partitions.py) by the model's
     ``PARTITIONED_BY`` column: ``bulk_create`` first makes sure the rows' days have their partitions."""

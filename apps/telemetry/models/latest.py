@@ -1,117 +1,145 @@
-"""The newest sample of each GPU and each port: what /metrics, the fleet view, the node page and the
-topology page read, one row per GPU or port, never the raw history."""
+"""Each node's newest sample: what /metrics, the fleet view, the node page and the topology page read,
+one row per node with its GPUs (or ports) packed as the raw row packs them, never the raw history.
 
+A row per node rather than per GPU or port: the writer upserts a batch's nodes' rows with the very
+bytes it copies into the raw table (250 rows of 4 columns a batch at 1,000 nodes where it upserted
+2,000 of 31), and a reader unpacks only the fields it shows, as the charts do (packing.py: one struct
+call a row once its header has been met).
+"""
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from statistics import fmean
 from typing import Any
 
+import msgspec
 from django.db import models
-from django.db.models import Avg, Max, Sum
 
-from apps.telemetry.models.base import node_without_constraint
+from agents import protocol
+from apps.telemetry.models.base import node_primary_key
+from apps.telemetry.models.samples import GPU_PACKING, PORT_PACKING, NodeGpuSample, PackedSample
+from apps.telemetry.packing import Packing
 
-
-class GpuMetrics(models.Model):
-    """One GPU's reading. Every metric is nullable: a field the GPU does not support is absent
-    (NULL), never zero."""
-
-    ts = models.DateTimeField(help_text="When the agent took the sample.")
-    gpu_index = models.SmallIntegerField()
-    util_gpu = models.FloatField(null=True, help_text="SM utilization, %.")
-    util_mem = models.FloatField(null=True, help_text="Memory controller utilization, %.")
-    mem_used_mib = models.IntegerField(null=True)
-    temp_c = models.FloatField(null=True)
-    power_w = models.FloatField(null=True)
-    power_limit_w = models.FloatField(null=True)
-    sm_clock_mhz = models.IntegerField(null=True)
-    mem_clock_mhz = models.IntegerField(null=True)
-    throttle_reasons = models.BigIntegerField(null=True, help_text="NVML clocks-event-reasons bitmask.")
-    ecc_corrected_volatile = models.BigIntegerField(null=True)
-    ecc_uncorrected_volatile = models.BigIntegerField(null=True)
-    ecc_corrected_aggregate = models.BigIntegerField(null=True)
-    ecc_uncorrected_aggregate = models.BigIntegerField(null=True)
-    retired_pages_pending = models.BooleanField(null=True)
-    remapped_rows_pending = models.BooleanField(null=True)
-    remapped_rows_failed = models.BooleanField(null=True)
-    remapped_rows_correctable = models.BigIntegerField(null=True)
-    remapped_rows_uncorrectable = models.BigIntegerField(null=True)
-    pcie_replay_count = models.BigIntegerField(null=True)
-    nvlink_crc_errors = models.BigIntegerField(null=True)
-    nvlink_replay_errors = models.BigIntegerField(null=True)
-    nvlink_recovery_errors = models.BigIntegerField(null=True)
-    pcie_tx_kbps = models.BigIntegerField(null=True)
-    pcie_rx_kbps = models.BigIntegerField(null=True)
-    nvlink_tx_kbps = models.BigIntegerField(null=True)
-    nvlink_rx_kbps = models.BigIntegerField(null=True)
-    recovery_action = models.SmallIntegerField(null=True, help_text="NVML_FI_DEV_GET_GPU_RECOVERY_ACTION.")
-    received_at = models.DateTimeField(help_text="When the server stored the batch holding this sample.")
-
-    class Meta:
-        abstract = True
+# How far back a page looks for the last reading of a GPU missing from its node's newest sample: a
+# GPU gone for longer shows no values (the inventory marks it missing; its old numbers say nothing).
+LOST_GPU_LOOKBACK = timedelta(hours=1)
+_INDEX = GPU_PACKING.position("index")
 
 
-class LatestGpuSampleQuerySet(models.QuerySet["LatestGpuSample"]):
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One GPU's (or port's) newest reading: its sample's time and its values, as the protocol carries
+    them (``reading.power_w``, ``reading.index``)."""
+
+    ts: datetime
+    values: msgspec.Struct
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.values, name)
+
+
+class LatestSampleQuerySet(models.QuerySet):
+    def unpacked(self, fields: Sequence[str], *values: str) -> Iterator[tuple[tuple[Any, ...], list[tuple[Any, ...]]]]:
+        """Each row's ``values`` (lookups, as ``values_list`` reads them) and its items, each a tuple of
+        the named ``fields``' values (None: absent), unpacking only those fields."""
+        packing: Packing = self.model.PACKING
+        wanted = [packing.position(name) for name in fields]
+        for *row, packed in self.values_list(*values, self.model.PACKED).iterator(2_000):
+            count, found = packing.columns(packed, wanted)
+            filled = [column if column is not None else (None,) * count for column in found]
+            yield tuple(row), list(zip(*filled, strict=True)) if filled else [() for _ in range(count)]
+
+    def readings(self) -> dict[int, list[Reading]]:
+        """Every item of each node's newest sample, by node id."""
+        found: dict[int, list[Reading]] = defaultdict(list)
+        for row in self:
+            found[row.node_id].extend(Reading(row.ts, values) for values in row.readings())
+        return found
+
+
+class LatestGpuQuerySet(LatestSampleQuerySet):
+    def of_node(self, node_id: int, expected: Iterable[int] = ()) -> dict[int, Reading]:
+        """The node's newest reading of each GPU, by index: those of its newest sample, and of each
+        ``expected`` GPU that is not in it (it fell off the bus, or the agent stopped seeing it) the
+        last one the raw samples of the ``LOST_GPU_LOOKBACK`` before it hold, so that a page shows
+        it with its age. One query, and one more when a GPU is missing."""
+        readings: dict[int, Reading] = {}
+        newest = self.filter(node_id=node_id).first()
+        if newest is not None:
+            readings = {gpu.index: Reading(newest.ts, gpu) for gpu in newest.readings()}
+        missing = set(expected) - readings.keys()
+        if newest is None or not missing:
+            return readings
+        earlier = NodeGpuSample.objects.filter(
+            node_id=node_id, ts__lt=newest.ts, ts__gte=newest.ts - LOST_GPU_LOOKBACK
+        ).order_by("-ts")
+        for row in earlier.iterator(500):
+            _, (indices,) = GPU_PACKING.columns(row.gpus, [_INDEX])
+            if missing.intersection(indices or ()):
+                for gpu in row.readings():
+                    if gpu.index in missing:
+                        readings[gpu.index] = Reading(row.ts, gpu)
+                        missing.discard(gpu.index)
+            if not missing:
+                break
+        return readings
+
     def node_summaries(self) -> dict[int, dict[str, Any]]:
         """Each node's newest reading in brief, by node id: ``util_gpu_mean`` (%), ``power_w_total``
         (W), ``temp_c_max`` (°C) and ``ts`` (the newest sample's time), as the live fleet stream
         summarises a sample (values a GPU does not report are left out; all missing: None). One query."""
-        rows = (
-            self.values("node_id")
-            .annotate(
-                util_gpu_mean=Avg("util_gpu"), power_w_total=Sum("power_w"), temp_c_max=Max("temp_c"), ts=Max("ts")
-            )
-            .order_by()
-        )
-        return {row.pop("node_id"): row for row in rows}
+        summaries = {}
+        for (node_id, ts), gpus in self.unpacked(("util_gpu", "power_w", "temp_c"), "node_id", "ts"):
+            utils = [util for util, _, _ in gpus if util is not None]
+            powers = [power for _, power, _ in gpus if power is not None]
+            temps = [temp for _, _, temp in gpus if temp is not None]
+            summaries[node_id] = {
+                "util_gpu_mean": fmean(utils) if utils else None,
+                "power_w_total": sum(powers) if powers else None,
+                "temp_c_max": max(temps) if temps else None,
+                "ts": ts,
+            }
+        return summaries
 
 
-class LatestGpuSample(GpuMetrics):
-    """The newest sample of each GPU: what /metrics and the fleet view read without touching the
-    raw table. Upserted by the writer in the same transaction as the raw rows, every 5 s of sample
-    time per node (ingest.LATEST_REFRESH_S); a row never moves back in time (a replay leaves it).
-
-    A table rather than Redis: at 1,000 nodes that is 1,600 row updates a second, staged by COPY and
-    upserted in one statement per batch (~10-20 ms of a 2-core database per second, HOT updates,
-    UNLOGGED on PostgreSQL so no WAL); Redis would take 8,000 pipelined writes a second from the
-    ingest process, could disagree with the committed rows, and would make /metrics read 8,000
-    hashes instead of one indexed join with the inventory.
-    """
-
-    pk = models.CompositePrimaryKey("node", "gpu_index")
-    node = node_without_constraint(on_delete=models.CASCADE, related_name="latest_gpu_samples")
-
-    objects = LatestGpuSampleQuerySet.as_manager()
-
-    def __str__(self) -> str:
-        return f"latest node {self.node_id} gpu{self.gpu_index}"
-
-
-class PortReading(models.Model):
-    """One InfiniBand/RoCE port's reading, as the agent's ``PortSample`` carries it."""
-
-    ts = models.DateTimeField()
-    device = models.CharField(max_length=32, help_text="e.g. mlx5_0")
-    port = models.SmallIntegerField()
-    state = models.CharField(max_length=8)
-    rate_gbps = models.FloatField(null=True)
-    tx_gbps = models.FloatField(null=True)
-    rx_gbps = models.FloatField(null=True)
-    symbol_errors = models.BigIntegerField(null=True)
-    link_downed = models.BigIntegerField(null=True)
-    rcv_errors = models.BigIntegerField(null=True)
-    tx_bytes = models.BigIntegerField(null=True, help_text="Data sent since the HCA's counters were reset.")
-    rx_bytes = models.BigIntegerField(null=True, help_text="Data received since the HCA's counters were reset.")
-    received_at = models.DateTimeField()
+class LatestSample(PackedSample):
+    """A node's newest sample, replaced whole by a newer one, never by an older one (a replay).
+    Upserted by the writer in the same transaction as the raw rows, every 5 s of sample time per node
+    (ingest.LATEST_REFRESH_S). UNLOGGED on PostgreSQL (migration 0010): a copy of the newest raw row,
+    which after a crash the next batches write again, so it need not be written twice (WAL)."""
 
     class Meta:
         abstract = True
 
 
-class LatestPortSample(PortReading):
-    """The newest sample of each port, kept as LatestGpuSample is (same writer, same refresh, same
-    never-back-in-time rule): the topology page and the node page read the fleet's or a node's ports
-    in one query instead of looking for each port's newest raw sample."""
+class LatestGpuSample(LatestSample):
+    """Each node's newest GPU sample: every GPU of it, packed (GPU_PACKING). A table rather than Redis:
+    /metrics joins it with the inventory in one query, and it never disagrees with the committed rows."""
 
-    pk = models.CompositePrimaryKey("node", "device", "port")
-    node = node_without_constraint(on_delete=models.CASCADE, related_name="latest_port_samples")
+    PACKED, PACKING, STRUCT = "gpus", GPU_PACKING, protocol.GpuSample
+
+    node = node_primary_key(related_name="latest_gpus")
+    gpus = models.BinaryField(help_text="Every GPU's newest reading, packed (GPU_PACKING).")
+
+    objects = LatestGpuQuerySet.as_manager()
 
     def __str__(self) -> str:
-        return f"latest node {self.node_id} {self.device}/{self.port}"
+        return f"latest GPUs of node {self.node_id}"
+
+
+class LatestPortSample(LatestSample):
+    """Each node's newest port sample, kept as LatestGpuSample is (same writer, same refresh, same
+    never-back-in-time rule): the topology page and the node page read it instead of looking for each
+    port's newest raw sample."""
+
+    PACKED, PACKING, STRUCT = "ports", PORT_PACKING, protocol.PortSample
+
+    node = node_primary_key(related_name="latest_ports")
+    ports = models.BinaryField(help_text="Every port's newest reading, packed (PORT_PACKING).")
+
+    objects = LatestSampleQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return f"latest ports of node {self.node_id}"

@@ -117,19 +117,15 @@ class NodeSampleQuerySet(PartitionedQuerySet):
         return sum(packed[1] for packed in self.values_list(column, flat=True).iterator())
 
 
-class NodeSample(models.Model):
+class PackedSample(models.Model):
     """A node's GPUs or ports at one time, packed into the ``PACKED`` column with ``PACKING``."""
 
-    PARTITIONED_BY = "ts"
     PACKED: str
     PACKING: Packing
     STRUCT: type[msgspec.Struct]
 
-    node = node_without_constraint(on_delete=models.DO_NOTHING, related_name="+")
     ts = models.DateTimeField(help_text="When the agent took the sample.")
     received_at = models.DateTimeField(help_text="When the server stored the batch holding this sample.")
-
-    objects = NodeSampleQuerySet.as_manager()
 
     class Meta:
         abstract = True
@@ -142,6 +138,19 @@ class NodeSample(models.Model):
     def readings(self) -> list[Any]:
         """The samples, as the protocol carries them."""
         return unpack(self.PACKING, self.STRUCT, getattr(self, self.PACKED))
+
+
+class NodeSample(PackedSample):
+    """A raw row: a node's GPUs or ports at one time, in the day's partition."""
+
+    PARTITIONED_BY = "ts"
+
+    node = node_without_constraint(on_delete=models.DO_NOTHING, related_name="+")
+
+    objects = NodeSampleQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
 
 
 class NodeGpuSample(NodeSample):
