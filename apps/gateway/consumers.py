@@ -29,7 +29,6 @@ from apps.accounts.audit import record
 from apps.core.batching import Batched
 from apps.core.process import DatabaseThread
 from apps.gateway import admission, guards, sinks
-from apps.gateway.bookkeeping import bookkeeper
 from apps.gateway.choices import CounterCode
 from apps.gateway.connection import AgentConnection
 from apps.gateway.discovery import apply_inventories
@@ -70,7 +69,7 @@ class AgentConsumer(AgentConnection):
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if self.credential is None or self.closing:
             return
-        if bookkeeper().is_unusable(self.credential.pk):
+        if self.books.is_unusable(self.credential.pk):
             await self._refuse_revoked()
             return
         if bytes_data is not None:
@@ -103,32 +102,30 @@ class AgentConsumer(AgentConnection):
             case protocol.Hello():
                 await self._hello(message)
                 if self.said_hello:
-                    bookkeeper().agent_buffer(
-                        self.node.pk, message.buffered_samples, message.dropped_samples, hello=True
-                    )
+                    self.books.agent_buffer(self.node.pk, message.buffered_samples, message.dropped_samples, hello=True)
             case protocol.Inventory():
                 if message.host.hostname != self.node.hostname:
                     await self._refuse_impersonation(message.host.hostname, "inventory")
                     return
-                bookkeeper().heard_from(self.node.pk)
+                self.books.heard_from(self.node.pk)
                 self.discovery = asyncio.create_task(self._discover(self.discovery, message))
             case protocol.Telemetry():
-                bookkeeper().heard_from(self.node.pk)
+                self.books.heard_from(self.node.pk)
                 self._check_frame(message, "telemetry")
                 assert self.telemetry is not None  # made at the Hello
                 await self.telemetry.put(message)
             case protocol.Events():
-                bookkeeper().heard_from(self.node.pk)
+                self.books.heard_from(self.node.pk)
                 self._check_frame(message, "events")
                 stored = await database_sync_to_async(sinks.store_events)(self.node.pk, message)
                 await self._ack("events", stored)
             case protocol.Heartbeat():
-                bookkeeper().heard_from(self.node.pk)
-                bookkeeper().agent_buffer(self.node.pk, message.buffered_samples, message.dropped_samples)
+                self.books.heard_from(self.node.pk)
+                self.books.agent_buffer(self.node.pk, message.buffered_samples, message.dropped_samples)
                 if (offset := guards.lead(message, self.wall_clock())) > settings.AGENT_MAX_CLOCK_SKEW_S:
                     await self._clock_skewed(offset)
             case protocol.CommandStarted() | protocol.CommandUpdate() | protocol.CommandResult():
-                bookkeeper().heard_from(self.node.pk)
+                self.books.heard_from(self.node.pk)
                 assert self.reports is not None  # made at the Hello
                 await self.reports.put(message)
 
