@@ -18,7 +18,7 @@ that the socket is read, and its pings answered, while they wait for the databas
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -137,8 +137,8 @@ class AgentConsumer(AgentConnection):
         self.stored[stream] = max(self.stored[stream], stored)
         await self._send(protocol.Ack(stream=stream, seq=stored))
 
-    async def _store_telemetry(self, frame: protocol.Telemetry) -> int:
-        return await sinks.store_telemetry(self.node.pk, frame)
+    def _store_telemetry(self, frame: protocol.Telemetry) -> Awaitable[int]:
+        return sinks.store_telemetry(self.node.pk, frame)  # the ingestor's future: no task of its own per frame
 
     async def _telemetry_stored(self, frame: protocol.Telemetry, stored: int | Exception) -> None:
         """Ack the node's stored seq once the frame's batch is committed (in seq order: batches commit in

@@ -8,7 +8,7 @@ purpose replaces one of them with a fault injector.
 """
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from datetime import datetime
 
 from django.db import transaction
@@ -34,9 +34,9 @@ from apps.telemetry.models import TelemetryCursor
 logger = logging.getLogger(__name__)
 
 
-async def store_telemetry(node_id: int, message: protocol.Telemetry) -> int:
-    """Store the samples; return the highest seq now durably stored for the node (the ack)."""
-    return await ingestor.submit(node_id, message)
+def store_telemetry(node_id: int, message: protocol.Telemetry) -> Awaitable[int]:
+    """Store the samples; what it returns is awaited for the highest seq then durably stored for the node (the ack)."""
+    return ingestor.submit(node_id, message)
 
 
 def store_events(node_id: int, message: protocol.Events) -> int:

@@ -108,17 +108,20 @@ class Ingestor(ProcessPart):
     def max_rows(self) -> int:
         return settings.TELEMETRY_FLUSH_MAX_ROWS if self._max_rows is None else self._max_rows
 
-    async def submit(self, node_id: int, message: Telemetry) -> int:
-        """Store ``message`` unless its seq is already stored; return the node's stored seq.
+    def submit(self, node_id: int, message: Telemetry) -> asyncio.Future[int]:
+        """Store ``message`` unless its seq is already stored; the future of the node's stored seq.
 
-        Raises the database's exception if the batch carrying it could not be written (nothing of
-        that batch is stored; the agent resends).
+        The future raises the database's exception if the batch carrying it could not be written
+        (nothing of that batch is stored; the agent resends). A future, not a coroutine: a consumer
+        awaits it beside its message loop without a task of its own per frame (apps/gateway/store_pipeline.py).
         """
         loop = self._bind_loop()
         known = self._stored_seq.get(node_id)
         if known is not None and message.seq <= known:
             self.stats.duplicates += 1
-            return known
+            stored = loop.create_future()
+            stored.set_result(known)
+            return stored
         rows = sum(len(sample.gpus) + len(sample.ports) for sample in message.samples)
         pending = _Pending(Submission(node_id, message), rows, loop.create_future())
         if not self._pending:
@@ -128,7 +131,7 @@ class Ingestor(ProcessPart):
         self._pending_rows += rows
         if self._pending_rows >= self.max_rows:
             self._wake.set()
-        return await pending.future
+        return pending.future
 
     def forget(self, node_id: int) -> None:
         """Check the node's next message against its stored cursor again, not against what this process

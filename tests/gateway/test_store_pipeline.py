@@ -100,3 +100,24 @@ async def test_a_dropped_pipeline_stops_its_stores_and_answers_nothing_more():
 
     assert waiting.cancelled()
     assert stores.answers == []
+
+
+async def test_a_store_that_gives_a_future_costs_no_task_of_its_own():
+    """The ingestor's submit gives a future: a thousand frames a second put no task each on the loop."""
+    stores = Stores()
+    pending: dict[str, asyncio.Future[str]] = {}
+
+    def store(message: str) -> asyncio.Future[str]:
+        pending[message] = asyncio.get_running_loop().create_future()
+        return pending[message]
+
+    pipeline = StorePipeline("test", store, stores.answer, max_in_flight=10)
+    tasks_before = len(asyncio.all_tasks())
+    for message in ("a", "b", "c"):
+        await pipeline.put(message)
+
+    assert len(asyncio.all_tasks()) == tasks_before + 1  # the one that answers, in order
+    for message in ("b", "a", "c"):
+        pending[message].set_result(f"stored {message}")
+    await settle()
+    assert stores.answers == [("a", "stored a"), ("b", "stored b"), ("c", "stored c")]
