@@ -2,10 +2,13 @@
  * the same bytes as the Python code gives, which stays the specification and the fallback.
  *
  * pack(spec, items) -> bytes | None
+ * pack_structs(spec, type, offsets, structs) -> bytes | None   (offsets: slot_offsets(type, names))
  *
  *   spec   what Packing._spec holds: per field, struct "=Bqqq": kind (0 integer or boolean, 1 float,
  *          2 string), lower bound, steps per unit, offset (round(lower * steps))
- *   items  a list of tuples, one value per field each (None: absent)
+ *   items  a list of tuples, one value per field each (None: absent); or, for pack_structs, a list of
+ *          instances of exactly ``type`` whose slots at ``offsets`` hold those values (a protocol struct:
+ *          no tuple is made of it first)
  *
  * None means "not handled here": anything outside the common case (not a list of tuples of the right
  * size, more than 255 items, a value of an unexpected type, out of range or negative once its lower
@@ -15,6 +18,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <math.h>
 #include <string.h>
 
@@ -85,11 +89,19 @@ static int stored_number(const FieldSpec *field, PyObject *value, unsigned long 
 }
 
 /* One field's section (after its bitmap, if any): the values of ``chosen`` items, or of the first alone. */
-static int numbers_section(const FieldSpec *field, PyObject *items, Py_ssize_t position, const Py_ssize_t *chosen,
+/* The items' values, item by item: values[item * fields + position] (borrowed references). */
+typedef struct {
+    PyObject **values;
+    Py_ssize_t fields;
+} Matrix;
+
+#define VALUE(matrix, item, position) ((matrix)->values[(item) * (matrix)->fields + (position)])
+
+static int numbers_section(const FieldSpec *field, const Matrix *items, Py_ssize_t position, const Py_ssize_t *chosen,
                            Py_ssize_t chosen_count, Buffer *buffer, int *code) {
     unsigned long long stored[MAX_ITEMS], largest = 0;
     for (Py_ssize_t i = 0; i < chosen_count; i++) {
-        PyObject *value = PyTuple_GET_ITEM(PyList_GET_ITEM(items, chosen[i]), position);
+        PyObject *value = VALUE(items, chosen[i], position);
         int found = stored_number(field, value, &stored[i]);
         if (found != HANDLED) return found;
         if (stored[i] > largest) largest = stored[i];
@@ -100,12 +112,12 @@ static int numbers_section(const FieldSpec *field, PyObject *items, Py_ssize_t p
     return HANDLED;
 }
 
-static int strings_section(PyObject *items, Py_ssize_t position, const Py_ssize_t *chosen, Py_ssize_t chosen_count,
+static int strings_section(const Matrix *items, Py_ssize_t position, const Py_ssize_t *chosen, Py_ssize_t chosen_count,
                            Buffer *buffer, int *code) {
     const char *text[MAX_ITEMS];
     Py_ssize_t sizes[MAX_ITEMS], largest = 0, total = 0;
     for (Py_ssize_t i = 0; i < chosen_count; i++) {
-        PyObject *value = PyTuple_GET_ITEM(PyList_GET_ITEM(items, chosen[i]), position);
+        PyObject *value = VALUE(items, chosen[i], position);
         if (!PyUnicode_Check(value)) return UNHANDLED;
         text[i] = PyUnicode_AsUTF8AndSize(value, &sizes[i]);
         if (text[i] == NULL) {
@@ -126,13 +138,13 @@ static int strings_section(PyObject *items, Py_ssize_t position, const Py_ssize_
 }
 
 /* One field's nibble and section, as Packing._section makes them. */
-static int field_section(const FieldSpec *field, PyObject *items, Py_ssize_t count, Py_ssize_t position,
+static int field_section(const FieldSpec *field, const Matrix *items, Py_ssize_t count, Py_ssize_t position,
                          Buffer *buffer, unsigned char *nibble) {
-    PyObject *first = PyTuple_GET_ITEM(PyList_GET_ITEM(items, 0), position);
+    PyObject *first = VALUE(items, 0, position);
     Py_ssize_t present[MAX_ITEMS], present_count = 0;
     int same = 1;
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *value = PyTuple_GET_ITEM(PyList_GET_ITEM(items, i), position);
+        PyObject *value = VALUE(items, i, position);
         if (value != Py_None) present[present_count++] = i;
         if (same && i > 0) {
             int equal = PyObject_RichCompareBool(value, first, Py_EQ);
@@ -170,25 +182,24 @@ static int field_section(const FieldSpec *field, PyObject *items, Py_ssize_t cou
     return found;
 }
 
-static PyObject *pack(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2 || !PyBytes_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "pack(spec: bytes, items: list[tuple])");
-        return NULL;
+/* The spec's field count, or -1 with an exception set. */
+static Py_ssize_t spec_fields(PyObject *spec) {
+    if (!PyBytes_Check(spec)) {
+        PyErr_SetString(PyExc_TypeError, "pack: a spec is bytes");
+        return -1;
     }
-    Py_ssize_t spec_size = PyBytes_GET_SIZE(args[0]);
-    if (spec_size % SPEC_SIZE != 0 || spec_size / SPEC_SIZE > 255) {
+    Py_ssize_t size = PyBytes_GET_SIZE(spec);
+    if (size % SPEC_SIZE != 0 || size / SPEC_SIZE > 255) {
         PyErr_SetString(PyExc_ValueError, "pack: a spec is up to 255 fields of 25 bytes");
-        return NULL;
+        return -1;
     }
-    Py_ssize_t fields = spec_size / SPEC_SIZE;
-    PyObject *items = args[1];
-    if (!PyList_CheckExact(items) || PyList_GET_SIZE(items) > MAX_ITEMS) Py_RETURN_NONE;
-    Py_ssize_t count = PyList_GET_SIZE(items);
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *item = PyList_GET_ITEM(items, i);
-        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != fields) Py_RETURN_NONE;
-    }
-    const char *raw = PyBytes_AS_STRING(args[0]);
+    return size / SPEC_SIZE;
+}
+
+/* The packed value of ``count`` items of the spec's fields; None: not handled here. */
+static PyObject *pack_matrix(PyObject *spec, const Matrix *items, Py_ssize_t count) {
+    Py_ssize_t fields = items->fields;
+    const char *raw = PyBytes_AS_STRING(spec);
     Py_ssize_t header = 2 + (fields + 1) / 2;
     Buffer buffer = {PyMem_Malloc(header + 64 * fields), 0, header + 64 * fields};
     if (buffer.data == NULL) return PyErr_NoMemory();
@@ -217,8 +228,108 @@ static PyObject *pack(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return packed;
 }
 
+static PyObject *pack(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "pack(spec: bytes, items: list[tuple])");
+        return NULL;
+    }
+    Py_ssize_t fields = spec_fields(args[0]);
+    if (fields < 0) return NULL;
+    PyObject *list = args[1];
+    if (!PyList_CheckExact(list) || PyList_GET_SIZE(list) > MAX_ITEMS) Py_RETURN_NONE;
+    Py_ssize_t count = PyList_GET_SIZE(list);
+    PyObject **values = PyMem_Malloc(sizeof(PyObject *) * count * fields); /* not NULL for 0 bytes */
+    if (values == NULL) return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = PyList_GET_ITEM(list, i);
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != fields) {
+            PyMem_Free(values);
+            Py_RETURN_NONE;
+        }
+        memcpy(values + i * fields, &PyTuple_GET_ITEM(item, 0), sizeof(PyObject *) * fields);
+    }
+    Matrix items = {values, fields};
+    PyObject *packed = pack_matrix(args[0], &items, count);
+    PyMem_Free(values);
+    return packed;
+}
+
+/* Where each named attribute of ``type`` lives in its instances: the offsets of its slots (member
+ * descriptors holding an object), as Py_ssize_t bytes; None if any of them is something else, or
+ * not an attribute of the type. */
+static PyObject *slot_offsets(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyType_Check(args[0]) || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "slot_offsets(type, names: tuple[str, ...])");
+        return NULL;
+    }
+    Py_ssize_t count = PyTuple_GET_SIZE(args[1]);
+    PyObject *offsets = PyBytes_FromStringAndSize(NULL, sizeof(Py_ssize_t) * count);
+    if (offsets == NULL) return NULL;
+    Py_ssize_t *at = (Py_ssize_t *)PyBytes_AS_STRING(offsets);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *descriptor = PyObject_GetAttr(args[0], PyTuple_GET_ITEM(args[1], i));
+        if (descriptor == NULL) {
+            Py_DECREF(offsets);
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
+            PyErr_Clear(); /* an attribute of the instances alone */
+            Py_RETURN_NONE;
+        }
+        int usable = Py_IS_TYPE(descriptor, &PyMemberDescr_Type) &&
+                     ((PyMemberDescrObject *)descriptor)->d_member->type == T_OBJECT_EX;
+        if (usable) at[i] = ((PyMemberDescrObject *)descriptor)->d_member->offset;
+        Py_DECREF(descriptor);
+        if (!usable) {
+            Py_DECREF(offsets);
+            Py_RETURN_NONE;
+        }
+    }
+    return offsets;
+}
+
+/* pack_structs(spec, type, offsets, structs): ``pack`` of a list of instances of exactly ``type``, each
+ * item's values read from its slots at ``offsets`` (slot_offsets) rather than from a tuple made first. */
+static PyObject *pack_structs(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyType_Check(args[1]) || !PyBytes_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "pack_structs(spec: bytes, type, offsets: bytes, structs: list)");
+        return NULL;
+    }
+    Py_ssize_t fields = spec_fields(args[0]);
+    if (fields < 0) return NULL;
+    if (PyBytes_GET_SIZE(args[2]) != (Py_ssize_t)sizeof(Py_ssize_t) * fields) {
+        PyErr_SetString(PyExc_ValueError, "pack_structs: one offset per field");
+        return NULL;
+    }
+    const Py_ssize_t *offsets = (const Py_ssize_t *)PyBytes_AS_STRING(args[2]);
+    PyObject *list = args[3];
+    if (!PyList_CheckExact(list) || PyList_GET_SIZE(list) > MAX_ITEMS) Py_RETURN_NONE;
+    Py_ssize_t count = PyList_GET_SIZE(list);
+    PyObject **values = PyMem_Malloc(sizeof(PyObject *) * count * fields);
+    if (values == NULL) return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = PyList_GET_ITEM(list, i);
+        int usable = Py_IS_TYPE(item, (PyTypeObject *)args[1]);
+        for (Py_ssize_t position = 0; usable && position < fields; position++) {
+            PyObject *value = *(PyObject **)((char *)item + offsets[position]);
+            values[i * fields + position] = value;
+            usable = value != NULL; /* an unset slot */
+        }
+        if (!usable) {
+            PyMem_Free(values);
+            Py_RETURN_NONE;
+        }
+    }
+    Matrix items = {values, fields};
+    PyObject *packed = pack_matrix(args[0], &items, count);
+    PyMem_Free(values);
+    return packed;
+}
+
 static PyMethodDef methods[] = {
     {"pack", (PyCFunction)(void (*)(void))pack, METH_FASTCALL, "Pack items as Packing.pack does; None: not handled."},
+    {"pack_structs", (PyCFunction)(void (*)(void))pack_structs, METH_FASTCALL,
+     "Pack instances of a type, their values read from its slots; None: not handled."},
+    {"slot_offsets", (PyCFunction)(void (*)(void))slot_offsets, METH_FASTCALL,
+     "The offsets of a type's slots by name, as Py_ssize_t bytes; None: not all of them slots."},
     {NULL, NULL, 0, NULL},
 };
 

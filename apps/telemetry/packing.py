@@ -34,6 +34,8 @@ try:  # the packer compiled at install (pyproject.toml's ext-modules); without a
     from apps.telemetry import _packing as _compiled
 except ImportError:  # pragma: no cover - depends on the installation
     _compiled = None
+# Built from an older _packing.c, the extension lacks it: the objects are then made tuples first.
+_pack_structs = getattr(_compiled, "pack_structs", None)
 
 ABSENT, SAME, EACH, SOME = range(4)
 _WIDTHS: Final = (1, 2, 4, 8)
@@ -46,6 +48,7 @@ _Section = tuple[int, int, int, int, tuple[int, ...]]  # position, mode, width, 
 _NIBBLE, _DATA = itemgetter(0), itemgetter(1)  # of a remembered section: (nibble, bytes)
 _KINDS: Final = {int: 0, bool: 0, float: 1, str: 2}  # a field's kind as _packing.c knows it
 _SPEC: Final = struct.Struct("=Bqqq")  # kind, lower bound, steps, offset: one field for _packing.c
+_UNKNOWN: Final = object()  # a type whose slots have not been looked for yet
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +81,7 @@ class Packing:
         self._headers: dict[tuple[int, tuple[int, ...]], bytes] = {}
         self._layouts: dict[tuple[bytes, tuple[int, ...]], _Reader] = {}
         self._decoders = tuple(_Decoder(f) for f in fields)
+        self._offsets: dict[type, bytes | None] = {}  # by type: where its slots hold the fields (None: not slots)
         self._spec = b"".join(_SPEC.pack(_KINDS[f.kind], int(f.lower), f.steps, f.offset) for f in fields)
 
     @classmethod
@@ -102,6 +106,18 @@ class Packing:
         if _compiled is not None and (packed := _compiled.pack(self._spec, items)) is not None:
             return packed
         return self.pack_in_python(items)
+
+    def pack_objects(self, objects: Sequence[Any]) -> bytes:
+        """``pack`` of objects that carry this packing's fields as attributes (protocol structs): the
+        compiled packer reads them from the objects' slots, without a tuple made of each first."""
+        if _pack_structs is not None and objects:
+            kind = type(objects[0])
+            offsets = self._offsets.get(kind, _UNKNOWN)
+            if offsets is _UNKNOWN:
+                offsets = self._offsets[kind] = _compiled.slot_offsets(kind, self.names)
+            if offsets is not None and (packed := _pack_structs(self._spec, kind, offsets, objects)) is not None:
+                return packed
+        return self.pack([tuple(getattr(item, name) for name in self.names) for item in objects])
 
     def pack_in_python(self, items: Sequence[Item]) -> bytes:
         """``pack`` without the compiled packer: what defines the bytes."""

@@ -36,7 +36,6 @@ from apps.telemetry.models import (
     NodeGpuSample,
     NodePortSample,
 )
-from apps.telemetry.models.samples import items
 from apps.telemetry.partitions import day_of, partition_days
 
 log = logging.getLogger(__name__)
@@ -166,7 +165,7 @@ def _rows(
     times a second."""
     db_time = connection.ops.adapt_datetimefield_value  # psycopg: as is; SQLite: Django's text form
     received = db_time(received_at)
-    pack_gpus, pack_ports = GPU_PACKING.pack, PORT_PACKING.pack
+    pack_gpus, pack_ports = GPU_PACKING.pack_objects, PORT_PACKING.pack_objects
     rows = _Rows()
     newest_gpus, newest_ports = rows.newest_gpus, rows.newest_ports
     for submission in stored:
@@ -178,13 +177,13 @@ def _rows(
             rows.days.add(day_of(moment))
             due = sample.ts >= due_from
             if sample.gpus:
-                row = (node_id, ts, received, pack_gpus(items(GPU_PACKING, sample.gpus)))
+                row = (node_id, ts, received, pack_gpus(sample.gpus))
                 rows.gpus.append(row)
                 rows.gpu_samples += len(sample.gpus)
                 if due and sample.ts > newest_gpus.get(node_id, _NEVER)[0]:
                     newest_gpus[node_id] = (sample.ts, row)
             if sample.ports:
-                row = (node_id, ts, received, pack_ports(items(PORT_PACKING, sample.ports)))
+                row = (node_id, ts, received, pack_ports(sample.ports))
                 rows.ports.append(row)
                 rows.port_samples += len(sample.ports)
                 if due and sample.ts > newest_ports.get(node_id, _NEVER)[0]:

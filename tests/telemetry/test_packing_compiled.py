@@ -2,12 +2,13 @@
 leaves to it what it does not handle."""
 
 import random
+from types import SimpleNamespace
 
 import pytest
 
+from agents.protocol import GpuSample
 from apps.telemetry import packing
 from apps.telemetry.models import GPU_PACKING, PORT_PACKING, ROLLUP_PACKING
-from apps.telemetry.models.samples import items
 from tests.telemetry.conftest import every_gpu_field, every_port_field
 from tests.telemetry.test_packing import PACKING
 
@@ -36,12 +37,34 @@ def test_it_packs_the_bytes_the_python_packer_packs():
         assert packing._compiled.pack(PACKING._spec, values) == PACKING.pack_in_python(values)
 
 
+def as_items(packing_: packing.Packing, structs: list) -> list[tuple]:
+    return [tuple(getattr(s, name) for name in packing_.names) for s in structs]
+
+
+SAMPLES = [
+    pytest.param(GPU_PACKING, [every_gpu_field(i, high=i % 2 == 0) for i in range(8)], id="gpus, every field"),
+    pytest.param(PORT_PACKING, [every_port_field(f"mlx5_{i}", high=i == 0) for i in range(4)], id="ports, every field"),
+    pytest.param(GPU_PACKING, [GpuSample(index=0), GpuSample(index=3, temp_c=-12.25)], id="gpus, most fields absent"),
+    pytest.param(GPU_PACKING, [], id="no gpu"),
+]
+
+
 @compiled
-def test_every_protocol_field_packs_the_same():
-    gpus = items(GPU_PACKING, [every_gpu_field(i, high=i % 2 == 0) for i in range(8)])
-    ports = items(PORT_PACKING, [every_port_field(f"mlx5_{i}", high=i == 0) for i in range(4)])
-    assert packing._compiled.pack(GPU_PACKING._spec, gpus) == GPU_PACKING.pack_in_python(gpus)
-    assert packing._compiled.pack(PORT_PACKING._spec, ports) == PORT_PACKING.pack_in_python(ports)
+@pytest.mark.parametrize(("packing_", "structs"), SAMPLES)
+def test_every_protocol_field_packs_the_same(packing_, structs):
+    values = as_items(packing_, structs)
+    assert packing._compiled.pack(packing_._spec, values) == packing_.pack_in_python(values)
+
+
+@compiled
+@pytest.mark.parametrize(("packing_", "structs"), SAMPLES)
+def test_protocol_structs_pack_from_their_slots_as_their_tuples_do(packing_, structs):
+    kind = type(structs[0]) if structs else GpuSample
+    offsets = packing._compiled.slot_offsets(kind, packing_.names)
+    assert offsets is not None
+    packed = packing._compiled.pack_structs(packing_._spec, kind, offsets, structs)
+    assert packed == packing_.pack_in_python(as_items(packing_, structs))
+    assert packing_.pack_objects(structs) == packed
 
 
 @compiled
@@ -58,6 +81,24 @@ def test_every_protocol_field_packs_the_same():
 )
 def test_it_leaves_the_unusual_to_the_python_packer(values):
     assert packing._compiled.pack(PACKING._spec, values) is None
+
+
+@compiled
+def test_objects_other_than_the_structs_slots_were_read_for_go_to_the_python_packer():
+    class Gpu(GpuSample):  # a subclass: its instances are not exactly the type the offsets are of
+        pass
+
+    offsets = packing._compiled.slot_offsets(GpuSample, GPU_PACKING.names)
+    gpus = [GpuSample(index=0, util_gpu=1.0), Gpu(index=1, util_gpu=2.0)]
+    assert packing._compiled.pack_structs(GPU_PACKING._spec, GpuSample, offsets, gpus) is None
+    assert GPU_PACKING.pack_objects(gpus) == GPU_PACKING.pack_in_python(as_items(GPU_PACKING, gpus))
+    assert packing._compiled.slot_offsets(SimpleNamespace, ("index",)) is None  # not a slot
+
+
+def test_objects_pack_without_the_compiled_packer_too(monkeypatch):
+    monkeypatch.setattr(packing, "_pack_structs", None)
+    gpus = [every_gpu_field(i) for i in range(8)]
+    assert GPU_PACKING.pack_objects(gpus) == GPU_PACKING.pack_in_python(as_items(GPU_PACKING, gpus))
 
 
 def test_rollups_pack_and_unpack_through_either_packer():

@@ -84,23 +84,11 @@ PORT_FLOAT_STEPS: dict[str, int] = {"rate_gbps": 1000, "tx_gbps": 1000, "rx_gbps
 
 GPU_PACKING = Packing.of(protocol.GpuSample, GPU_FIELDS, steps=GPU_FLOAT_STEPS)
 PORT_PACKING = Packing.of(protocol.PortSample, PORT_SAMPLE_FIELDS, steps=PORT_FLOAT_STEPS)
-_IN_PROTOCOL_ORDER = {
-    protocol.GpuSample: protocol.GpuSample.__struct_fields__ == GPU_FIELDS,
-    protocol.PortSample: protocol.PortSample.__struct_fields__ == PORT_SAMPLE_FIELDS,
-}
-
-
-def items(packing: Packing, structs: Sequence[msgspec.Struct]) -> list[tuple[Any, ...]]:
-    """A sample's GPUs or ports, as the protocol carries them, as tuples in ``packing``'s field order."""
-    if structs and not _IN_PROTOCOL_ORDER[type(structs[0])]:
-        return [tuple(getattr(s, name) for name in packing.names) for s in structs]
-    astuple = msgspec.structs.astuple
-    return [astuple(s) for s in structs]
 
 
 def pack(packing: Packing, structs: Sequence[msgspec.Struct]) -> bytes:
     """The packed value of a sample's GPUs or ports, as the protocol carries them."""
-    return packing.pack(items(packing, structs))
+    return packing.pack_objects(structs)
 
 
 def unpack(packing: Packing, struct: type[msgspec.Struct], packed: bytes) -> list[msgspec.Struct]:
