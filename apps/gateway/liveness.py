@@ -32,10 +32,11 @@ def silence_limit() -> timedelta:
 
 def record_heard(node_ids: Iterable[int], now: datetime) -> list[Node]:
     """Note that these nodes' agents spoke at ``now``; bring back any that were not online. Returns those."""
-    node_ids = list(node_ids)
+    node_ids = set(node_ids)
     if not node_ids:
         return []
-    Node.objects.filter(pk__in=node_ids, liveness=Liveness.ONLINE).update(last_seen_at=now)
+    if Node.objects.filter(pk__in=node_ids, liveness=Liveness.ONLINE).update(last_seen_at=now) == len(node_ids):
+        return []  # every one was online already: the bookkeeper's usual second, one statement
     returned = []
     for node in Node.objects.filter(pk__in=node_ids).exclude(liveness=Liveness.ONLINE):
         previous = node.liveness

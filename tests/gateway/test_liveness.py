@@ -102,6 +102,15 @@ def test_it_brings_an_unreachable_node_back_when_its_agent_speaks(fleet):
     assert liveness.record_heard([fleet["quiet"].pk], T0 + timedelta(seconds=41)) == []
 
 
+def test_hearing_from_nodes_that_are_online_is_one_statement(fleet, django_assert_num_queries):
+    """The gateway's bookkeeping every second, for every node it heard from (nearly always all online)."""
+    heard = [fleet["quiet"].pk, fleet["chatty"].pk, fleet["quiet"].pk]  # one node twice: two connections
+
+    with django_assert_num_queries(1):
+        assert liveness.record_heard(heard, T0 + timedelta(seconds=3)) == []
+    assert set(Node.objects.filter(pk__in=heard).values_list("last_seen_at", flat=True)) == {T0 + timedelta(seconds=3)}
+
+
 def test_it_writes_the_changes_to_the_audit_log(fleet):
     liveness.mark_unreachable(T0 + timedelta(seconds=30))
     liveness.record_heard([fleet["quiet"].pk], T0 + timedelta(seconds=40))
