@@ -4,7 +4,6 @@ import asyncio
 import logging
 
 from asgiref.sync import async_to_sync
-from channels.exceptions import ChannelFull
 from channels.layers import get_channel_layer
 from redis.exceptions import RedisError
 
@@ -14,10 +13,8 @@ from apps.gateway.models import NodeAgent
 logger = logging.getLogger(__name__)
 
 RETRY_PAUSES_S = (0.1, 0.3, 1.0)  # a process reads its channel's backlog at a few thousand messages a second
-# Sends in flight at once: the layer's pool has 500 connections (controlplane/channel_layers.py), and a
-# sweep's 1,982 frames sent all at once on a loaded machine waited past the pool's 10 s for one
-# ("No connection available"), so the whole delivery failed and went out again only at the next resend.
-SENDS_AT_ONCE = 100
+
+Send = tuple[str, dict[str, str]]  # (a consumer's channel, its message)
 
 
 def agent_group(node_id: int) -> str:
@@ -51,8 +48,10 @@ def deliver_commands(event: CommandsDispatched) -> None:
     agent happened to reconnect; a channel is only a key that the consumer reads, which a send creates
     again. A node with no socket is skipped.
 
-    The consumers of one server process share one Redis key (channels_redis's process channel), which
-    refuses a send past its capacity (``ChannelFull``) until the process has read what is in it: such
+    The consumers of one server process share one Redis key (channels_redis's process channel): the
+    frames for all of them go in one round trip (the layer's ``send_many``), and their process hands
+    them to its consumers all at once (controlplane/channel_layers.py). The key refuses frames past its
+    capacity (what ``send`` raises ``ChannelFull`` for) until the process has read what is in it: such
     a frame is sent again after ``RETRY_PAUSES_S``. One still refused after them is logged; nothing is
     lost, the command's row says it is unanswered and apps/jobs sends it again (``resend``), or after the
     agent's next Hello. A channel layer that fails otherwise raises, and the event bus logs and counts it."""
@@ -74,22 +73,13 @@ def deliver_commands(event: CommandsDispatched) -> None:
         )
 
 
-async def _send_all(messages: list[tuple[str, dict[str, str]]]) -> list[tuple[str, dict[str, str]]]:
-    """Send each ``(channel, message)``, ``SENDS_AT_ONCE`` at a time; those refused by a full channel
-    again after each pause. Returns those refused every time."""
+async def _send_all(messages: list[Send]) -> list[Send]:
+    """Send every ``(channel, message)``, one round trip a server process (the layer's ``send_many``);
+    those refused by a full channel again after each pause. Returns those refused every time."""
     layer = get_channel_layer()
-    room = asyncio.Semaphore(SENDS_AT_ONCE)
-
-    async def send(channel: str, message: dict[str, str]) -> None:
-        async with room:
-            await layer.send(channel, message)
-
     waiting = messages
     for pause in (*RETRY_PAUSES_S, None):
-        results = await asyncio.gather(*(send(channel, m) for channel, m in waiting), return_exceptions=True)
-        if failed := next((r for r in results if isinstance(r, Exception) and not isinstance(r, ChannelFull)), None):
-            raise failed
-        waiting = [sent for sent, result in zip(waiting, results, strict=True) if isinstance(result, ChannelFull)]
+        waiting = await layer.send_many(waiting)
         if not waiting or pause is None:
             break
         await asyncio.sleep(pause)

@@ -5,7 +5,6 @@ moment later; one refused every time is logged and its command sent again when i
 from datetime import timedelta
 
 import pytest
-from channels.exceptions import ChannelFull
 
 from agents import protocol
 from apps.core.events import AgentFrame, CommandsDispatched
@@ -20,18 +19,23 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 class FullLayer:
-    """A channel layer whose channels refuse the first ``refusals`` sends each."""
+    """A channel layer whose channels refuse the first ``refusals`` sends each, as the layer's
+    ``send_many`` refuses what a full channel has no room for: returned, not sent."""
 
     def __init__(self, refusals: int) -> None:
         self.refusals = refusals
         self.tries: dict[str, int] = {}
         self.delivered: list[tuple[str, str]] = []
 
-    async def send(self, channel: str, message: dict[str, str]) -> None:
-        self.tries[channel] = self.tries.get(channel, 0) + 1
-        if self.tries[channel] <= self.refusals:
-            raise ChannelFull()
-        self.delivered.append((channel, message["frame"]))
+    async def send_many(self, messages: list[tuple[str, dict[str, str]]]) -> list[tuple[str, dict[str, str]]]:
+        refused = []
+        for channel, message in messages:
+            self.tries[channel] = self.tries.get(channel, 0) + 1
+            if self.tries[channel] <= self.refusals:
+                refused.append((channel, message))
+            else:
+                self.delivered.append((channel, message["frame"]))
+        return refused
 
 
 @pytest.fixture
