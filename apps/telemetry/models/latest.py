@@ -46,7 +46,7 @@ class LatestSampleQuerySet(models.QuerySet):
         the named ``fields``' values (None: absent), unpacking only those fields."""
         packing: Packing = self.model.PACKING
         wanted = [packing.position(name) for name in fields]
-        for *row, packed in self.values_list(*values, self.model.PACKED).iterator(2_000):
+        for *row, packed in self.values_list(*values, self.model.PACKED):  # a row a node: one fetch
             count, found = packing.columns(packed, wanted)
             filled = [column if column is not None else (None,) * count for column in found]
             yield tuple(row), list(zip(*filled, strict=True)) if filled else [() for _ in range(count)]
