@@ -1,6 +1,7 @@
 """Each node's sequence cursors (TelemetryCursor), read and advanced inside the writers' transactions.
 
-The telemetry writer claims a batch's seqs in one statement (``claim_telemetry_seqs``): each node's
+The telemetry writer claims a batch's seqs in one statement (``claim_telemetry_seqs``), packing the
+batch while the database works on it: each node's
 cursor row is created if missing, locked, advanced to the batch's highest seq and its value before
 returned, an ``INSERT ... ON CONFLICT DO UPDATE`` whose rows arrive in node order, so every writer
 takes the row locks in one order (no deadlocks). What was stored before comes back in
@@ -10,15 +11,16 @@ may have overtaken. The events writer, one node and one message at a time, locks
 cursor with ``lock_cursors`` and ``advance_cursors``.
 """
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from django.db.backends.utils import CursorWrapper
 
 from apps.telemetry.models import TelemetryCursor
 
+T = TypeVar("T")
 _TABLE = TelemetryCursor._meta.db_table
 _STREAMS = frozenset({"telemetry_seq", "events_seq"})
 _CHUNK = 500  # rows per VALUES list on SQLite: well under its parameter limit
@@ -39,19 +41,27 @@ _CLAIM_POSTGRESQL = (
 )
 
 
-def claim_telemetry_seqs(cursor: CursorWrapper, highest: Mapping[int, int], now: datetime) -> dict[int, int]:
+def claim_telemetry_seqs(
+    cursor: CursorWrapper, highest: Mapping[int, int], now: datetime, meanwhile: Callable[[], T]
+) -> tuple[dict[int, int], T]:
     """Advance each node's telemetry cursor to ``highest[node]`` (never back) and return what it held
-    before (0 for a node met for the first time); the rows stay locked until the transaction ends.
-    One statement on PostgreSQL; on SQLite, where the transaction holds the database's write lock,
-    one per few hundred nodes."""
-    if not highest:
-        return {}
+    before (0 for a node met for the first time), with what ``meanwhile()`` gave; the rows stay locked
+    until the transaction ends. One statement on PostgreSQL, sent in pipeline mode (with the
+    transaction's BEGIN) so that ``meanwhile`` runs while the database claims: the writer packs its
+    batch then, about as long as the claim takes, instead of after it. On SQLite, where the
+    transaction holds the database's write lock, one statement per few hundred nodes, then
+    ``meanwhile``."""
     node_ids = sorted(highest)
     now = cursor.db.ops.adapt_datetimefield_value(now)
+    if not highest:
+        return {}, meanwhile()
     if cursor.db.vendor == "postgresql":
-        with cursor.db.wrap_database_errors, psycopg.Cursor(cursor.cursor.connection) as binary:
-            binary.execute(_CLAIM_POSTGRESQL, [now, node_ids, [highest[n] for n in node_ids]], prepare=True)
-            return dict(binary.fetchall())
+        connection = cursor.cursor.connection
+        with cursor.db.wrap_database_errors, psycopg.Cursor(connection) as binary:
+            with connection.pipeline():
+                binary.execute(_CLAIM_POSTGRESQL, [now, node_ids, [highest[n] for n in node_ids]], prepare=True)
+                done = meanwhile()
+            return dict(binary.fetchall()), done
     before: dict[int, int] = {}
     for values, params in values_lists([(n, now, highest[n]) for n in node_ids], row="(%s, %s, %s, 0, 0)"):
         cursor.execute(
@@ -61,7 +71,7 @@ def claim_telemetry_seqs(cursor: CursorWrapper, highest: Mapping[int, int], now:
             params,
         )
         before.update(cursor.fetchall())
-    return before
+    return before, meanwhile()
 
 
 def lock_cursors(cursor: CursorWrapper, node_ids: Sequence[int], stream: str, now: datetime) -> dict[int, int]:

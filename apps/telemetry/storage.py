@@ -7,10 +7,10 @@ Each sample becomes one row of its node's GPUs and one of its ports, packed (mod
 has not (partitions.py); on SQLite, the demo's database, with ``executemany``. Never a row at a time.
 
 Dedup is by sequence number: each node's cursor row is advanced to the batch's highest seq first
-thing in the transaction, in one statement that locks it and returns what it held (cursors.py); a
-message whose seq is at or below that is dropped. Reading the cursor under a row lock every batch
-rather than trusting a copy held in memory is what keeps two server processes from both storing a
-node's replay after its agent reconnects to the other one.
+thing in the transaction, in one statement that locks it and returns what it held (cursors.py),
+while this process packs the batch; a message whose seq is at or below that is dropped. Reading the
+cursor under a row lock every batch rather than trusting a copy held in memory is what keeps two
+server processes from both storing a node's replay after its agent reconnects to the other one.
 """
 
 import logging
@@ -98,10 +98,15 @@ def write_batch(
     for submission in batch:
         node_id, seq = submission.node_id, submission.message.seq
         highest[node_id] = max(seq, highest.get(node_id, seq))
+    due = latest_not_before or {}
     with transaction.atomic(using=using), connection.cursor() as cursor:
         # Each cursor advanced to the batch's highest seq at once, returning what it held: the
         # messages at or below that were stored before and are dropped below, in this transaction.
-        stored_seq = claim_telemetry_seqs(cursor, highest, result.received_at)
+        # The whole batch is packed meanwhile, and packed again without them in the rare batch
+        # that has any (an agent's replay).
+        stored_seq, rows = claim_telemetry_seqs(
+            cursor, highest, result.received_at, lambda: _rows(connection, batch, result.received_at, due)
+        )
         result.cursors = {node_id: max(seq, stored_seq[node_id]) for node_id, seq in highest.items()}
         seen: set[tuple[int, int]] = set()
         for submission in batch:
@@ -111,8 +116,9 @@ def write_batch(
                 continue
             seen.add(key)
             result.stored.append(submission)
+        if result.duplicates:
+            rows = _rows(connection, result.stored, result.received_at, due)
         if result.stored:
-            rows = _rows(connection, result.stored, result.received_at, latest_not_before or {})
             try:
                 _insert_samples(connection, cursor, NodeGpuSample, GPU_SAMPLE_COLUMNS, rows.gpus, rows.days)
                 _insert_samples(connection, cursor, NodePortSample, PORT_SAMPLE_COLUMNS, rows.ports, rows.days)
