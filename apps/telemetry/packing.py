@@ -117,6 +117,8 @@ class Packing:
                 offsets = self._offsets[kind] = _compiled.slot_offsets(kind, self.names)
             if offsets is not None and (packed := _pack_structs(self._spec, kind, offsets, objects)) is not None:
                 return packed
+        if objects and getattr(type(objects[0]), "__struct_fields__", None) == self.names:
+            return self.pack(list(map(msgspec.structs.astuple, objects)))  # a struct in this order: in C
         return self.pack([tuple(getattr(item, name) for name in self.names) for item in objects])
 
     def pack_in_python(self, items: Sequence[Item]) -> bytes:

@@ -93,6 +93,10 @@ def test_objects_other_than_the_structs_slots_were_read_for_go_to_the_python_pac
     assert packing._compiled.pack_structs(GPU_PACKING._spec, GpuSample, offsets, gpus) is None
     assert GPU_PACKING.pack_objects(gpus) == GPU_PACKING.pack_in_python(as_items(GPU_PACKING, gpus))
     assert packing._compiled.slot_offsets(SimpleNamespace, ("index",)) is None  # not a slot
+    plain = [
+        SimpleNamespace(**dict(zip(GPU_PACKING.names, values, strict=True))) for values in as_items(GPU_PACKING, gpus)
+    ]
+    assert GPU_PACKING.pack_objects(plain) == GPU_PACKING.pack_in_python(as_items(GPU_PACKING, gpus))
 
 
 def test_objects_pack_without_the_compiled_packer_too(monkeypatch):
