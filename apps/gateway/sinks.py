@@ -88,7 +88,14 @@ def store_command_reports(reports: Sequence[tuple[int, CommandReport]]) -> list[
     ]
 
 
-store_command_report = Batched(store_command_reports)
+def _is_start(item: tuple[int, CommandReport]) -> bool:
+    """A command's start is its first report, so storing it before reports that came earlier (other
+    commands' progress and results) keeps each command's own reports in order; a repeated start changes
+    nothing wherever it goes. And it is the acknowledgement the server resends the command without."""
+    return isinstance(item[1], protocol.CommandStarted)
+
+
+store_command_report = Batched(store_command_reports, ahead=_is_start)
 
 
 def commands_on_connect(node_ids: Sequence[int]) -> dict[int, list[bytes]]:

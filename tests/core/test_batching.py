@@ -77,6 +77,18 @@ async def test_a_batch_holds_at_most_max_batch_items() -> None:
     assert [len(batch) for batch in gate.batches] == [2, 2, 1]
 
 
+async def test_items_ahead_go_first_into_the_next_batch_each_caller_answered_its_own() -> None:
+    gate = Gate()
+    batched = Batched(gate, run=in_thread, max_batch=3, ahead=lambda item: item.startswith("!"))
+    first = asyncio.create_task(batched("a"))
+    await started(gate, 1)
+    rest = [asyncio.create_task(batched(item)) for item in ("b", "!c", "d", "!e", "f")]
+    await asyncio.sleep(0.01)
+    gate.hold.set()
+    assert [await first, *[await task for task in rest]] == ["A", "B", "!C", "D", "!E", "F"]
+    assert gate.batches == [["a"], ["!c", "!e", "b"], ["d", "f"]]
+
+
 async def test_a_failing_batch_is_tried_item_by_item_so_only_the_bad_item_fails() -> None:
     gate = Gate(fail_on="c")
     gate.hold.set()
