@@ -11,10 +11,11 @@ of one), a busy one answers thousands with a few round trips.
 A batch that fails is tried again one item at a time, so one bad item fails its own caller only. A
 caller that stops waiting (its client went away) costs nothing more than its place in the batch.
 
-Items that must not wait behind the others (``ahead``) go into the next batch before any other, and
-first in it: a fleet's acknowledgements of one command came with five times as many progress lines,
+Items that must not wait behind the others (``ahead``) go into batches of their own, before any other
+item waiting: a fleet's acknowledgements of one command came with five times as many progress lines,
 log lines and results, and the last acknowledgement was stored behind eight batches of them, 4.6 s
-after the server had it (benchmarks/dispatch.py).
+after the server had it; and a batch of them alone is a few cheap statements, where one with results
+is many (benchmarks/dispatch.py).
 """
 
 import asyncio
@@ -48,9 +49,9 @@ class Batched(Generic[T, R]):
     """``await batched(item)``: the result for ``item`` of ``function(items)``, which takes a list and
     returns one result per item, in order. ``run`` turns ``function`` into a coroutine function
     (``database_sync_to_async`` by default, or a ``DatabaseThread``'s ``run``); at most ``max_batch``
-    items go into one call. Items for which ``ahead`` is true are taken, in the order they came, before
-    any other waiting item, and come first in their batch; give it only when running them before items
-    that came earlier changes nothing those items do."""
+    items go into one call. Items for which ``ahead`` is true go, in the order they came, into batches
+    of their own, before any other waiting item; give it only when running them before items that came
+    earlier changes nothing those items do."""
 
     def __init__(
         self,
@@ -105,7 +106,8 @@ class Batched(Generic[T, R]):
             rest: list[Waiting[T, R]] = []
             for each in waiting:
                 (first if self.ahead(each[0]) else rest).append(each)
-            waiting = first + rest
+            if first:
+                return first[: self.max_batch], first[self.max_batch :] + rest
         return waiting[: self.max_batch], waiting[self.max_batch :]
 
     async def _call(self, items: list[T]) -> Sequence[R]:

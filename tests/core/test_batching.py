@@ -77,7 +77,7 @@ async def test_a_batch_holds_at_most_max_batch_items() -> None:
     assert [len(batch) for batch in gate.batches] == [2, 2, 1]
 
 
-async def test_items_ahead_go_first_into_the_next_batch_each_caller_answered_its_own() -> None:
+async def test_items_ahead_go_first_in_batches_of_their_own_each_caller_answered_its_own() -> None:
     gate = Gate()
     batched = Batched(gate, run=in_thread, max_batch=3, ahead=lambda item: item.startswith("!"))
     first = asyncio.create_task(batched("a"))
@@ -86,7 +86,7 @@ async def test_items_ahead_go_first_into_the_next_batch_each_caller_answered_its
     await asyncio.sleep(0.01)
     gate.hold.set()
     assert [await first, *[await task for task in rest]] == ["A", "B", "!C", "D", "!E", "F"]
-    assert gate.batches == [["a"], ["!c", "!e", "b"], ["d", "f"]]
+    assert gate.batches == [["a"], ["!c", "!e"], ["b", "d", "f"]]
 
 
 async def test_a_failing_batch_is_tried_item_by_item_so_only_the_bad_item_fails() -> None:
