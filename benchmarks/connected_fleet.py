@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.scratch_database import scratch_postgresql
+from benchmarks.server_processes import REPO, Server
 from benchmarks.telemetry_harness import (
-    REPO,
     Fleet,
-    Server,
     machine_load,
     prepare_fleet,
     stop_gently,

@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.chromium import fresh_loads, signed_in_context
 from benchmarks.scratch_database import scratch_postgresql
-from benchmarks.telemetry_harness import GPUS_PER_NODE, REPO, Server, percentile
+from benchmarks.server_processes import REPO, Server
+from benchmarks.telemetry_harness import GPUS_PER_NODE, percentile
 
 SCRATCH_DATABASE = "bench_nodes_page"
 FRAME_BUDGET_MS = 16.0

@@ -49,12 +49,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.scratch_database import scratch_postgresql  # noqa: E402
+from benchmarks.server_processes import Server, cpu_seconds  # noqa: E402
 from benchmarks.telemetry_harness import (  # noqa: E402
     GPUS_PER_NODE,
     Browser,
     Fleet,
-    Server,
-    cpu_seconds,
     last_json_line,
     machine_load,
     percentile,
