@@ -24,11 +24,12 @@ of an 8-GPU sample (docs/telemetry-storage.md).
 
 import struct
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Final
 
 import msgspec
+
+from apps.telemetry.packed_fields import FORMATS, WIDTHS, Decoder, Field, encoder, field_of
 
 try:  # the packer compiled at install (pyproject.toml's ext-modules); without a compiler, this module's
     from apps.telemetry import _packing as _compiled
@@ -38,8 +39,6 @@ except ImportError:  # pragma: no cover - depends on the installation
 _pack_structs = getattr(_compiled, "pack_structs", None)
 
 ABSENT, SAME, EACH, SOME = range(4)
-_WIDTHS: Final = (1, 2, 4, 8)
-_FORMATS: Final = "BHIQ"
 
 _KNOWN_SECTIONS: Final = 4_000  # encoded sections kept per field (a few MB per packing at most)
 _LAYOUT_CACHE: Final = 10_000  # section layouts kept per packing, by header and fields wanted
@@ -51,21 +50,6 @@ _SPEC: Final = struct.Struct("=Bqqq")  # kind, lower bound, steps, offset: one f
 _UNKNOWN: Final = object()  # a type whose slots have not been looked for yet
 
 
-@dataclass(frozen=True, slots=True)
-class Field:
-    """One packed field: its name, kind (``int``, ``float``, ``bool`` or ``str``), lower bound and, for a
-    float, how many stored steps make one unit (100: a resolution of 0.01)."""
-
-    name: str
-    kind: type
-    lower: float = 0
-    steps: int = 1
-
-    @property
-    def offset(self) -> int:
-        return round(self.lower * self.steps)
-
-
 class Packing:
     """How one kind of item is packed: its fields, in the order they are stored."""
 
@@ -74,13 +58,13 @@ class Packing:
             raise ValueError("A packing holds at most 255 fields")
         self.fields: tuple[Field, ...] = tuple(fields)
         self.names: tuple[str, ...] = tuple(f.name for f in fields)
-        self._encoders = tuple(_encoder(f) for f in fields)
+        self.encoders = tuple(encoder(f) for f in fields)
         # The sections met so far, per field by its values (item by item), and the headers by item
         # count and nibbles: most of a node's fields hold the values they held a second before.
         self._known: tuple[dict[tuple[Any, ...], tuple[int, bytes]], ...] = tuple({} for _ in fields)
         self._headers: dict[tuple[int, tuple[int, ...]], bytes] = {}
         self._layouts: dict[tuple[bytes, tuple[int, ...]], _Reader] = {}
-        self._decoders = tuple(_Decoder(f) for f in fields)
+        self._decoders = tuple(Decoder(f) for f in fields)
         self._offsets: dict[type, bytes | None] = {}  # by type: where its slots hold the fields (None: not slots)
         self._spec = b"".join(_SPEC.pack(_KINDS[f.kind], int(f.lower), f.steps, f.offset) for f in fields)
 
@@ -91,7 +75,7 @@ class Packing:
         info = msgspec.inspect.type_info(struct)
         assert isinstance(info, msgspec.inspect.StructType)
         types = {f.name: f.type for f in info.fields}
-        return cls([_field_of(name, types[name], steps) for name in names])
+        return cls([field_of(name, types[name], steps) for name in names])
 
     # Packing -----------------------------------------------------------------------------------
 
@@ -151,15 +135,15 @@ class Packing:
             if first is None:
                 section = (ABSENT, b"")
             else:
-                code, data = self._encoders[position]((first,))
+                code, data = self.encoders[position]((first,))
                 section = (SAME | code << 2, data)
         elif None in column:
             present = [value for value in column if value is not None]
             bits = sum(1 << i for i, value in enumerate(column) if value is not None)
-            code, data = self._encoders[position](present)
+            code, data = self.encoders[position](present)
             section = (SOME | code << 2, bits.to_bytes((count + 7) // 8, "little") + data)
         else:
-            code, data = self._encoders[position](column)
+            code, data = self.encoders[position](column)
             section = (EACH | code << 2, data)
         known = self._known[position]
         if len(known) > _KNOWN_SECTIONS:
@@ -244,7 +228,7 @@ class Packing:
         everyone = tuple(range(count))
         for position in range(min(fields, max(wanted, default=-1) + 1)):
             nibble = packed[2 + position // 2] >> (4 * (position % 2)) & 0xF
-            mode, width = nibble & 3, _WIDTHS[nibble >> 2]
+            mode, width = nibble & 3, WIDTHS[nibble >> 2]
             if mode == ABSENT:
                 continue
             present = everyone
@@ -267,78 +251,6 @@ class Packing:
         return self.names.index(name)
 
 
-# Field kinds ---------------------------------------------------------------------------------
-
-
-def _field_of(name: str, info: msgspec.inspect.Type, steps: Mapping[str, int]) -> Field:
-    union = info.types if isinstance(info, msgspec.inspect.UnionType) else (info,)
-    kinds = [t for t in union if not isinstance(t, msgspec.inspect.NoneType)]
-    if len(kinds) != 1:
-        raise TypeError(f"{name}: a packed field has one type besides None, not {info!r}")
-    kind = kinds[0]
-    if isinstance(kind, msgspec.inspect.BoolType):
-        return Field(name, bool)
-    if isinstance(kind, msgspec.inspect.StrType | msgspec.inspect.LiteralType):
-        return Field(name, str)
-    if isinstance(kind, msgspec.inspect.IntType | msgspec.inspect.FloatType):
-        lower = kind.ge if kind.ge is not None else kind.gt
-        if lower is None:
-            raise TypeError(f"{name}: a packed number needs a lower bound")
-        if isinstance(kind, msgspec.inspect.IntType):
-            return Field(name, int, lower=lower)
-        if name not in steps:
-            raise TypeError(f"{name}: a packed float needs its resolution (steps per unit)")
-        return Field(name, float, lower=lower, steps=steps[name])
-    raise TypeError(f"{name}: cannot pack {kind!r}")
-
-
-def _width_of(largest: int) -> int:
-    if largest < 0x100:
-        return 0
-    if largest < 0x10000:
-        return 1
-    if largest < 0x100000000:
-        return 2
-    if largest < 0x10000000000000000:
-        return 3
-    raise ValueError(f"{largest} does not fit in 8 bytes")
-
-
-_STRUCTS: dict[tuple[int, int], struct.Struct] = {}
-
-
-def _ints(count: int, code: int) -> struct.Struct:
-    """The struct of ``count`` unsigned integers of width ``code``, made once."""
-    found = _STRUCTS.get((count, code))
-    if found is None:
-        found = _STRUCTS[count, code] = struct.Struct(f"<{count}{_FORMATS[code]}")
-    return found
-
-
-def _pack_ints(values: Sequence[int]) -> tuple[int, bytes]:
-    code = _width_of(max(values))
-    return code, _ints(len(values), code).pack(*values)
-
-
-def _encoder(field: Field) -> Any:
-    """values (none of them None) -> (width code, bytes)."""
-    if field.kind is str:
-
-        def encode_str(values: Sequence[str]) -> tuple[int, bytes]:
-            encoded = [value.encode() for value in values]
-            code = _width_of(max(len(e) for e in encoded))
-            return code, b"".join(len(e).to_bytes(_WIDTHS[code], "little") + e for e in encoded)
-
-        return encode_str
-    if field.kind is float:
-        steps, offset = field.steps, field.offset
-        return lambda values: _pack_ints([round(value * steps) - offset for value in values])
-    if field.lower:
-        lower = int(field.lower)
-        return lambda values: _pack_ints([value - lower for value in values])
-    return _pack_ints  # unsigned integers and booleans as they are
-
-
 class _Reader:
     """Every wanted section of a layout without bitmaps or strings, read by one struct: numbers only,
     each section one value (SAME) or one per item (EACH), at offsets the header fixes."""
@@ -353,14 +265,14 @@ class _Reader:
         spans: dict[int, tuple[int, int, bool]] = {}
         for position, mode, width, offset, _ in ordered:
             values = 1 if mode == SAME else count
-            formats.append(f"{offset - cursor}x{values}{_FORMATS[_WIDTHS.index(width)]}")
+            formats.append(f"{offset - cursor}x{values}{FORMATS[WIDTHS.index(width)]}")
             spans[position] = (flat, flat + values, mode == SAME)
             cursor, flat = offset + values * width, flat + values
         self._struct = struct.Struct("".join(formats))
         self._columns = [None if s is None else (s[0], *spans[s[0]]) for s in sections]
         self._count = count
 
-    def read(self, packed: bytes, decoders: "tuple[_Decoder, ...]", stored: bool) -> list[Sequence[Any] | None]:
+    def read(self, packed: bytes, decoders: "tuple[Decoder, ...]", stored: bool) -> list[Sequence[Any] | None]:
         flat = self._struct.unpack_from(packed, self._start)
         found: list[Sequence[Any] | None] = []
         for column in self._columns:
@@ -373,31 +285,3 @@ class _Reader:
                 values = decoders[position].convert(list(values))
             found.append(values * self._count if same else values)
         return found
-
-
-@dataclass(frozen=True, slots=True)
-class _Decoder:
-    field: Field
-
-    def read(self, packed: bytes, offset: int, count: int, width: int) -> tuple[list[Any], int]:
-        if self.field.kind is str:
-            values = []
-            for _ in range(count):
-                size = int.from_bytes(packed[offset : offset + width], "little")
-                offset += width
-                values.append(packed[offset : offset + size])
-                offset += size
-            return values, offset
-        return list(_ints(count, _WIDTHS.index(width)).unpack_from(packed, offset)), offset + count * width
-
-    def convert(self, values: list[Any]) -> list[Any]:
-        kind = self.field.kind
-        if kind is str:
-            return [bytes(value).decode() for value in values]
-        if kind is float:
-            steps, offset = self.field.steps, self.field.offset
-            return [(value + offset) / steps for value in values]
-        if kind is bool:
-            return [value == 1 for value in values]
-        lower = int(self.field.lower)
-        return [value + lower for value in values] if lower else values

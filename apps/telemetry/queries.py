@@ -26,7 +26,7 @@ from apps.telemetry.models import (
     NodeHourRollup,
     NodeMinuteRollup,
 )
-from apps.telemetry.packing import Field
+from apps.telemetry.packed_fields import Field
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from apps.telemetry.models import (
     NodeMinuteRollup,
     RollupProgress,
 )
-from apps.telemetry.packing import Field
+from apps.telemetry.packed_fields import Field
 from apps.telemetry.partitions import day_of, partition_days
 from apps.telemetry.queries import in_units, metric_field
 

@@ -10,7 +10,8 @@ which reads every node's minutes and would otherwise unpack 60,000 values an hou
 from django.db import models
 
 from apps.telemetry.models.base import PartitionedQuerySet, node_without_constraint
-from apps.telemetry.packing import Field, Packing
+from apps.telemetry.packed_fields import Field
+from apps.telemetry.packing import Packing
 
 # The metrics that are rolled up and charted: (field, unit).
 ROLLUP_METRICS: dict[str, str] = {
