@@ -51,10 +51,10 @@ def claim_telemetry_seqs(
     batch then, about as long as the claim takes, instead of after it. On SQLite, where the
     transaction holds the database's write lock, one statement per few hundred nodes, then
     ``meanwhile``."""
-    node_ids = sorted(highest)
-    now = cursor.db.ops.adapt_datetimefield_value(now)
     if not highest:
         return {}, meanwhile()
+    node_ids = sorted(highest)
+    now = cursor.db.ops.adapt_datetimefield_value(now)
     if cursor.db.vendor == "postgresql":
         connection = cursor.cursor.connection
         with cursor.db.wrap_database_errors, psycopg.Cursor(connection) as binary:
