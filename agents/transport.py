@@ -321,9 +321,13 @@ class _Conversation:
         seq = min(seq, self.sent[stream])
         self.buffer.ack(stream, seq)
         in_flight = self.in_flight[stream]
+        was_full = len(in_flight) >= self.max_in_flight
         while in_flight and in_flight[0] <= seq:
             in_flight.popleft()
-        self.session.wake.set()
+        # Only a full window held the send loop back; waking it for every other ack cost the fleet
+        # simulator a task switch per frame (it holds a thousand of these connections).
+        if was_full and len(in_flight) < self.max_in_flight:
+            self.session.wake.set()
 
     def _refused(self, error: Error) -> None:
         label = self.session.label

@@ -229,6 +229,12 @@ class FakeControlPlane:
         if (connection := self._live.get(credential)) is not None:
             await connection.close(CloseCode.UNAUTHORIZED, "Credential revoked.")
 
+    async def acknowledge(self, hostname: str, stream: str = "telemetry") -> None:
+        """Ack the node's stored cursor now, as a server does once a slow write commits."""
+        credential = next(known for known, node in self.nodes.items() if node.hostname == hostname)
+        ack = Ack(stream=stream, seq=self.nodes[credential].cursor[stream])
+        await self._live[credential].send(encode(ack).decode())
+
     @property
     def running(self) -> bool:
         return self._server is not None

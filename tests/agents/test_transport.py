@@ -272,6 +272,25 @@ async def test_no_more_than_the_in_flight_window_goes_out_unacknowledged(control
 
 
 @pytest.mark.asyncio
+async def test_an_ack_that_reopens_a_full_window_sends_what_waited_without_a_new_sample(control_plane, make_agent):
+    control_plane.acknowledging = False
+    agent = make_agent("gpu-a16", interval=3600, follow_server_interval=False)  # one sample, then none by itself
+    agent.transport = Transport(control_plane.url, agent.transport.credential, agent, max_in_flight=1)
+    node = control_plane.node("gpu-a16")
+
+    async with running(agent):
+        await wait_until(lambda: len(node.received_seqs["telemetry"]) == 1)
+        await agent.tick()
+        await agent.tick()
+        await asyncio.sleep(0.2)
+        assert len(node.received_seqs["telemetry"]) == 1  # the window is full
+        await control_plane.acknowledge("gpu-a16")
+        await wait_until(lambda: len(node.received_seqs["telemetry"]) == 2)
+
+    assert node.samples_per_frame == [1, 2]  # the two that waited, packed
+
+
+@pytest.mark.asyncio
 async def test_discovery_is_sent_on_every_connect_and_whenever_it_changes(control_plane, make_agent):
     collector = FakeCollector("gpu-a9", gpus=2, ports=1)
     agent = make_agent("gpu-a9", collector=collector)
