@@ -17,9 +17,10 @@ Everything random comes from ``random.Random`` streams seeded by (seed, hostname
 the same sample times give the same samples, and the fault stream is separate from the noise stream,
 so adding a fault does not change the rest of the fleet's numbers.
 
-Cost: one 8-GPU, 8-port node sample takes about 35 µs on this project's 2-core development machine
-(CPython 3.11; benchmarks/sample_cost.py measures it), so 1,000 nodes at 1 Hz spend about
-3.5% of one core simulating.
+Cost: one 8-GPU, 8-port node sample takes about 68 µs on this project's 2-core development machine
+(CPython 3.11; benchmarks/sample_cost.py, 2026-12-03 at load 2.4 to 3.6: 88 to 93 µs in the same runs
+before the GpuSamples were built positionally), so 1,000 nodes at 1 Hz spend about 7% of one core
+simulating.
 """
 
 import heapq
@@ -228,8 +229,12 @@ class NodeModel:
         return self._sample_gpus(load, elapsed), self._sample_ports(load, t, now, elapsed)
 
     def _sample_gpus(self, load: tuple[float, float, float, float], elapsed: float) -> list[GpuSample]:
+        """Each present GPU's sample, built with positional arguments in ``GpuSample``'s field order (a
+        test in tests/agents/test_simulator_model.py fails when that order changes): msgspec matched 27
+        keywords in about 2 µs a GPU, five times the positional call and a quarter of the node's sample."""
         util_target, power_share, memory_share, comm = load
         profile = self.profile
+        mem_clock = profile.mem_clock_mhz
         rnd = self._noise.random
         settle = 1.0 - math.exp(-elapsed / TEMPERATURE_TIME_CONSTANT_S) if elapsed > 0 else 0.0
         idle_w, limit_w = profile.idle_power_w, profile.power_limit_w
@@ -271,34 +276,35 @@ class NodeModel:
                     reasons |= HW_THERMAL_SLOWDOWN | HW_SLOWDOWN
             link_share = 1.0 - len(gpu.inactive_links) / links if gpu.inactive_links else 1.0
             samples.append(
-                GpuSample(
-                    index=gpu.index,
-                    util_gpu=float(round(util)),
-                    util_mem=float(round(util * 0.45)),
-                    mem_used_mib=int(memory_mib * gpu.memory_share),
-                    temp_c=float(round(gpu.temp_c)),
-                    power_w=round(power, 1),
-                    power_limit_w=limit_w,
-                    sm_clock_mhz=int(clock) // CLOCK_STEP_MHZ * CLOCK_STEP_MHZ,
-                    mem_clock_mhz=profile.mem_clock_mhz,
-                    throttle_reasons=reasons,
-                    ecc_corrected_volatile=gpu.ecc_corrected_volatile,
-                    ecc_uncorrected_volatile=gpu.ecc_uncorrected_volatile,
-                    ecc_corrected_aggregate=gpu.ecc_corrected_aggregate,
-                    ecc_uncorrected_aggregate=gpu.ecc_uncorrected_aggregate,
-                    remapped_rows_pending=gpu.remapped_rows_pending,
-                    remapped_rows_failed=gpu.remapped_rows_failed,
-                    remapped_rows_correctable=gpu.remapped_rows_correctable,
-                    remapped_rows_uncorrectable=gpu.remapped_rows_uncorrectable,
-                    pcie_replay_count=gpu.pcie_replay_count,
-                    nvlink_crc_errors=gpu.nvlink_crc_errors,
-                    nvlink_replay_errors=gpu.nvlink_replay_errors,
-                    nvlink_recovery_errors=gpu.nvlink_recovery_errors,
-                    pcie_tx_kbps=int((1_500_000 * util / 100.0 + 20_000) * (0.6 + 0.8 * jitter)),
-                    pcie_rx_kbps=int((3_000_000 * util / 100.0 + 30_000) * (1.4 - 0.8 * jitter)),
-                    nvlink_tx_kbps=int(nvlink_kbps * link_share * (0.9 + 0.2 * jitter)),
-                    nvlink_rx_kbps=int(nvlink_kbps * link_share * (1.1 - 0.2 * jitter)),
-                    recovery_action=gpu.recovery_action,
+                GpuSample(  # in GpuSample's field order
+                    gpu.index,
+                    float(round(util)),  # util_gpu
+                    float(round(util * 0.45)),  # util_mem
+                    int(memory_mib * gpu.memory_share),  # mem_used_mib
+                    float(round(gpu.temp_c)),  # temp_c
+                    round(power, 1),  # power_w
+                    limit_w,  # power_limit_w
+                    int(clock) // CLOCK_STEP_MHZ * CLOCK_STEP_MHZ,  # sm_clock_mhz
+                    mem_clock,  # mem_clock_mhz
+                    reasons,  # throttle_reasons
+                    gpu.ecc_corrected_volatile,
+                    gpu.ecc_uncorrected_volatile,
+                    gpu.ecc_corrected_aggregate,
+                    gpu.ecc_uncorrected_aggregate,
+                    None,  # retired_pages_pending: row remapping replaced page retirement on these GPUs
+                    gpu.remapped_rows_pending,
+                    gpu.remapped_rows_failed,
+                    gpu.remapped_rows_correctable,
+                    gpu.remapped_rows_uncorrectable,
+                    gpu.pcie_replay_count,
+                    gpu.nvlink_crc_errors,
+                    gpu.nvlink_replay_errors,
+                    gpu.nvlink_recovery_errors,
+                    int((1_500_000 * util / 100.0 + 20_000) * (0.6 + 0.8 * jitter)),  # pcie_tx_kbps
+                    int((3_000_000 * util / 100.0 + 30_000) * (1.4 - 0.8 * jitter)),  # pcie_rx_kbps
+                    int(nvlink_kbps * link_share * (0.9 + 0.2 * jitter)),  # nvlink_tx_kbps
+                    int(nvlink_kbps * link_share * (1.1 - 0.2 * jitter)),  # nvlink_rx_kbps
+                    gpu.recovery_action,
                 )
             )
         return samples

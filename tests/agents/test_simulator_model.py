@@ -6,10 +6,10 @@ import statistics
 import pytest
 
 from agents.collectors.base import Collector
-from agents.protocol import Events, Inventory, NodeSample, Telemetry, decode_agent_message, encode
+from agents.protocol import Events, GpuSample, Inventory, NodeSample, Telemetry, decode_agent_message, encode
 from agents.simulator.collector import SimulatedCollector
 from agents.simulator.faults import FaultSpecError
-from agents.simulator.hardware import GPU_IDLE, SW_POWER_CAP, SW_THERMAL_SLOWDOWN
+from agents.simulator.hardware import GPU_IDLE, RECOVERY_GPU_RESET, SW_POWER_CAP, SW_THERMAL_SLOWDOWN
 from agents.simulator.model import NodeDied
 from agents.simulator.profiles import PROFILES
 from agents.simulator.workloads import BurnIn, Idle, Schedule, Training
@@ -368,3 +368,29 @@ def test_everything_it_produces_is_valid_on_the_wire(profile):
     events = Events(seq=1, events=collector.drain_events())
     assert decode_agent_message(encode(events)) == events
     assert {e.xid for e in events.events} == {79, 48, 94, 95, 63, 64, 74, None}
+
+
+def test_its_gpu_samples_hold_each_value_in_its_own_field():
+    """The model builds its GpuSamples positionally, in the order below: a field added, removed or moved
+    in the protocol fails here until ``NodeModel._sample_gpus`` follows it."""
+    assert GpuSample.__struct_fields__ == (
+        "index", "util_gpu", "util_mem", "mem_used_mib", "temp_c", "power_w", "power_limit_w", "sm_clock_mhz",
+        "mem_clock_mhz", "throttle_reasons", "ecc_corrected_volatile", "ecc_uncorrected_volatile",
+        "ecc_corrected_aggregate", "ecc_uncorrected_aggregate", "retired_pages_pending", "remapped_rows_pending",
+        "remapped_rows_failed", "remapped_rows_correctable", "remapped_rows_uncorrectable", "pcie_replay_count",
+        "nvlink_crc_errors", "nvlink_replay_errors", "nvlink_recovery_errors", "pcie_tx_kbps", "pcie_rx_kbps",
+        "nvlink_tx_kbps", "nvlink_rx_kbps", "recovery_action",
+    )  # fmt: skip
+    profile = PROFILES["h100"]
+    hit = gpu(run(node("gpu-001:gpu4:xid74@5, gpu-001:gpu4:xid63@6", workload=BurnIn()), 10)[-1], 4)
+
+    assert (hit.index, hit.power_limit_w, hit.mem_clock_mhz) == (4, profile.power_limit_w, profile.mem_clock_mhz)
+    assert hit.retired_pages_pending is None  # these GPUs remap rows instead
+    assert (hit.remapped_rows_pending, hit.remapped_rows_failed, hit.remapped_rows_uncorrectable) == (True, False, 1)
+    assert (hit.nvlink_crc_errors >= 20, hit.nvlink_replay_errors >= 5, hit.nvlink_recovery_errors) == (True, True, 1)
+    assert hit.recovery_action == RECOVERY_GPU_RESET
+    assert (hit.util_gpu >= 95, hit.power_w > profile.idle_power_w) == (True, True)
+    assert hit.throttle_reasons & SW_POWER_CAP
+    assert hit.sm_clock_mhz % 15 == 0
+    assert 0 < hit.pcie_tx_kbps < hit.pcie_rx_kbps
+    assert hit.nvlink_tx_kbps == hit.nvlink_rx_kbps == 0  # a burn-in leaves the fabric idle
