@@ -7,8 +7,8 @@ duplicates, pack each sample's GPUs into a row, COPY the rows, refresh each GPU'
 LATEST_REFRESH_S of sample time, as the ingestor asks) and advance the cursors, in one
 transaction. The raw COPY gets the packed rows ready-made and does nothing else. Both write batches
 shaped like production ones (250 nodes x 8 GPUs, every field reported: what arrives in 250 ms at
-1,000 nodes), alternating, and each figure is the median of the runs. A text-format COPY is
-measured alongside for the record.
+1,000 nodes), taking turns batch by batch, and each figure is from the median batch time. A
+text-format COPY is measured alongside for the record.
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres python benchmarks/copy_ratio.py
 
@@ -109,79 +109,92 @@ def ready_rows(batches: list[list[Any]]) -> list[list[tuple[Any, ...]]]:
     ]
 
 
-def timed_writer(batches: list[list[Any]], latest_due: dict[int, float]) -> float:
+class Writer:
     """write_batch as the ingestor calls it: each node's newest rows refreshed every LATEST_REFRESH_S."""
-    from apps.telemetry.ingest import LATEST_REFRESH_S
-    from apps.telemetry.storage import write_batch
 
-    rows = 0
-    started = time.perf_counter()
-    for batch in batches:
-        stored = write_batch(batch, latest_not_before=latest_due)
-        latest_due.update((node_id, ts + LATEST_REFRESH_S) for node_id, ts in stored.latest_ts.items())
-        rows += stored.gpu_rows
-    return rows / (time.perf_counter() - started)
+    def __init__(self) -> None:
+        self.latest_due: dict[int, float] = {}
 
+    def seconds(self, batch: list[Any]) -> float:
+        from apps.telemetry.ingest import LATEST_REFRESH_S
+        from apps.telemetry.storage import write_batch
 
-def timed_raw_copy(row_batches: list[list[tuple[Any, ...]]], *, binary: bool) -> float:
-    """GPU samples/s of a bare COPY of the packed rows (the day's partition made beforehand)."""
-    from django.db import connection, transaction
-
-    from apps.telemetry.models import GPU_PACKING, NodeGpuSample
-    from apps.telemetry.partitions import day_of, partition_days
-    from apps.telemetry.storage import GPU_SAMPLE_COLUMNS, binary_types
-
-    table, columns = NodeGpuSample._meta.db_table, ", ".join(GPU_SAMPLE_COLUMNS)
-    with transaction.atomic(), connection.cursor() as cursor:
-        partition_days.make_room(cursor, table, {day_of(row[1]) for batch in row_batches for row in batch})
-    statement = f"COPY {table} ({columns}) FROM STDIN" + (" WITH (FORMAT BINARY)" if binary else "")
-    types = binary_types(NodeGpuSample, GPU_SAMPLE_COLUMNS)
-    samples = sum(GPU_PACKING.count(row[3]) for batch in row_batches for row in batch)
-    started = time.perf_counter()
-    for batch in row_batches:
-        with transaction.atomic(), connection.cursor() as cursor, cursor.cursor.copy(statement) as copy:
-            if binary:
-                copy.set_types(types)
-            for row in batch:
-                copy.write_row(row)
-    return samples / (time.perf_counter() - started)
+        started = time.perf_counter()
+        stored = write_batch(batch, latest_not_before=self.latest_due)
+        elapsed = time.perf_counter() - started
+        self.latest_due.update((node_id, ts + LATEST_REFRESH_S) for node_id, ts in stored.latest_ts.items())
+        assert stored.gpu_rows == len(batch) * GPUS_PER_NODE, "the writer dropped samples"
+        return elapsed
 
 
-def measure_copy_ratio(*, nodes: int = 250, batches: int = 20, runs: int = 3) -> dict[str, Any]:
-    """Needs Django set up on a PostgreSQL database (see scratch_database). Writes into it."""
-    writer, binary, text = [], [], []
-    latest_due: dict[int, float] = {}
-    for run in range(runs + 1):  # run 0 warms up caches, connections and the table; not counted
-        messages = make_batches(nodes, batches, first_second=run * batches)
-        rows = ready_rows(messages)
-        figures = (
-            timed_writer(messages, latest_due),
-            timed_raw_copy(rows, binary=True),
-            timed_raw_copy(rows, binary=False),
+class RawCopy:
+    """A bare COPY of ready-made packed rows, one transaction a batch, the day's partition made beforehand."""
+
+    def __init__(self, *, binary: bool) -> None:
+        from apps.telemetry.models import NodeGpuSample
+        from apps.telemetry.storage import GPU_SAMPLE_COLUMNS, binary_types
+
+        self.binary = binary
+        self.table = NodeGpuSample._meta.db_table
+        self.statement = f"COPY {self.table} ({', '.join(GPU_SAMPLE_COLUMNS)}) FROM STDIN" + (
+            " WITH (FORMAT BINARY)" if binary else ""
         )
-        if run:
-            for series, figure in zip((writer, binary, text), figures, strict=True):
-                series.append(figure)
-    result = {
-        "copy_ratio": round(statistics.median(writer) / statistics.median(binary), 3),
-        "writer_gpu_samples_per_s": round(statistics.median(writer)),
-        "binary_copy_gpu_samples_per_s": round(statistics.median(binary)),
-        "text_copy_gpu_samples_per_s": round(statistics.median(text)),
-        "batch_gpu_rows": nodes * GPUS_PER_NODE,
-        "batches_per_run": batches,
-        "runs": runs,
+        self.types = binary_types(NodeGpuSample, GPU_SAMPLE_COLUMNS)
+
+    def seconds(self, rows: list[tuple[Any, ...]]) -> float:
+        from django.db import connection, transaction
+
+        from apps.telemetry.partitions import day_of, partition_days
+
+        with transaction.atomic(), connection.cursor() as cursor:
+            partition_days.make_room(cursor, self.table, {day_of(row[1]) for row in rows})
+        started = time.perf_counter()
+        with transaction.atomic(), connection.cursor() as cursor, cursor.cursor.copy(self.statement) as copy:
+            if self.binary:
+                copy.set_types(self.types)
+            for row in rows:
+                copy.write_row(row)
+        return time.perf_counter() - started
+
+
+def measure_copy_ratio(*, nodes: int = 250, batches: int = 300, warmup: int = 20) -> dict[str, Any]:
+    """Needs Django set up on a PostgreSQL database (see scratch_database). Writes into it.
+
+    The writer, the binary COPY and the text COPY take turns batch by batch (the order rotating), so
+    that the machine's load, which swings by a quarter within seconds on a shared machine, falls on
+    all three alike; each figure is from the median batch time, the first ``warmup`` turns not
+    counted (caches, prepared statements, the partition)."""
+    writer, binary, text = Writer(), RawCopy(binary=True), RawCopy(binary=False)
+    times: dict[str, list[float]] = {"writer": [], "binary": [], "text": []}
+    messages = make_batches(nodes, batches + warmup, first_second=0)
+    for turn, (batch, rows) in enumerate(zip(messages, ready_rows(messages), strict=True)):
+        turns: list[tuple[str, Any, Any]] = [("writer", writer, batch), ("binary", binary, rows), ("text", text, rows)]
+        shift = turn % len(turns)
+        for name, timed, work in turns[shift:] + turns[:shift]:
+            elapsed = timed.seconds(work)
+            if turn >= warmup:
+                times[name].append(elapsed)
+    samples = nodes * GPUS_PER_NODE
+    rate = {name: samples / statistics.median(series) for name, series in times.items()}
+    return {
+        "copy_ratio": round(rate["writer"] / rate["binary"], 3),
+        "writer_gpu_samples_per_s": round(rate["writer"]),
+        "binary_copy_gpu_samples_per_s": round(rate["binary"]),
+        "text_copy_gpu_samples_per_s": round(rate["text"]),
+        "writer_batch_ms_p50": round(statistics.median(times["writer"]) * 1e3, 3),
+        "binary_copy_batch_ms_p50": round(statistics.median(times["binary"]) * 1e3, 3),
+        "batch_gpu_rows": samples,
+        "batches": batches,
     }
-    return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=250, help="nodes per batch (x 8 GPU rows)")
-    parser.add_argument("--batches", type=int, default=20, help="batches per run")
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--batches", type=int, default=300, help="batches timed, each way")
     args = parser.parse_args()
     with scratch_postgresql("bench_copy_ratio"):
-        result = measure_copy_ratio(nodes=args.nodes, batches=args.batches, runs=args.runs)
+        result = measure_copy_ratio(nodes=args.nodes, batches=args.batches)
     print(
         f"storage.write_batch  {result['writer_gpu_samples_per_s']:>10,} GPU samples/s"
         "  (cursors, dedup, packing, newest rows included)"
