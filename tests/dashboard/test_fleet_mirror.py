@@ -67,6 +67,39 @@ def test_it_merges_the_fleet_groups_messages_as_a_page_merges_its_deltas(mirror)
     assert fleet["2"]["lifecycle"] == "quarantined"
 
 
+def test_a_nodes_telemetry_waits_for_a_read_and_its_newest_entry_stands_for_those_before(mirror):
+    mirror.replace({"1": entry()})
+    agreed = counts({"1": entry()})
+
+    mirror.apply(fleet_update((1, sample_at(T, utils={0: 10.0}))))
+    mirror.apply(fleet_update((1, sample_at(T + 1, utils={0: 20.0}))))
+    assert mirror._entries["1"].get("ts") is None  # merged when a page reads it, not as it came
+
+    fleet = json.loads(mirror.snapshot_json(agreed))
+    assert fleet["1"]["ts"] == T + 1
+    assert fleet["1"]["heat"][0][0] == 20
+
+
+def test_a_node_the_snapshot_lacked_gets_its_telemetry_and_its_state(mirror):
+    mirror.replace({"1": entry()})
+
+    mirror.apply(fleet_update((2, sample_at(T))))  # a node the snapshot did not have
+    mirror.apply({"type": "node.state", "node": 2, "state": {**entry(), "hostname": "gpu-002"}})
+
+    fleet = json.loads(mirror.snapshot_json({"lifecycle": {"in_service": 2}, "liveness": {"online": 2}}))
+    assert fleet["2"]["hostname"] == "gpu-002"
+    assert fleet["2"]["ts"] == T
+
+
+def test_a_snapshot_replaces_the_telemetry_that_came_before_it(mirror):
+    mirror.replace({"1": entry()})
+    mirror.apply(fleet_update((1, sample_at(T)), (2, sample_at(T))))
+
+    mirror.replace({"1": entry(ts=T + 5)})
+
+    assert json.loads(mirror.snapshot_json(counts({"1": entry()}))) == {"1": entry(ts=T + 5)}
+
+
 def test_it_gives_nothing_when_the_database_counts_other_nodes(mirror):
     mirror.replace({"1": entry()})
 
