@@ -66,6 +66,7 @@ MIDDLEWARE = [
     "apps.accounts.middleware.AuditLogMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "apps.core.api.middleware.ReleaseRenderedApiResponses",
 ]
 
 ROOT_URLCONF = "controlplane.urls"
