@@ -66,7 +66,7 @@ MIDDLEWARE = [
     "apps.accounts.middleware.AuditLogMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "apps.core.api.middleware.ReleaseRenderedApiResponses",
+    "apps.core.api.middleware.release_rendered_api_responses",
 ]
 
 ROOT_URLCONF = "controlplane.urls"

@@ -11,21 +11,37 @@ context has served, and the view is done with it: the context is dropped and the
 and the response goes when its last reference does.
 """
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
+from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponse
+from django.utils.decorators import sync_and_async_middleware
 
 
-class ReleaseRenderedApiResponses:
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
+def release(response: HttpResponse) -> HttpResponse:
+    """Cut a rendered DRF response out of its cycles: its renderer context dropped, its view's link cut."""
+    context = getattr(response, "renderer_context", None)
+    if context is not None and getattr(response, "is_rendered", False):
+        view = context.get("view")
+        if getattr(view, "response", None) is response:
+            view.response = None
+        response.renderer_context = None
+    return response
 
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        response = self.get_response(request)
-        context = getattr(response, "renderer_context", None)
-        if context is not None and getattr(response, "is_rendered", False):
-            view = context.get("view")
-            if getattr(view, "response", None) is response:
-                view.response = None
-            response.renderer_context = None
-        return response
+
+@sync_and_async_middleware
+def release_rendered_api_responses(get_response: Callable) -> Callable:
+    """Either kind of chain: this project's handler runs its chain synchronously (controlplane/http.py),
+    and a synchronous-only middleware would make Django's own async chain hop threads once more."""
+    if iscoroutinefunction(get_response):
+        call: Callable[[HttpRequest], Awaitable[HttpResponse]] = get_response
+
+        async def releasing(request: HttpRequest) -> HttpResponse:
+            return release(await call(request))
+
+        return releasing
+
+    def releasing_sync(request: HttpRequest) -> HttpResponse:
+        return release(get_response(request))
+
+    return releasing_sync
