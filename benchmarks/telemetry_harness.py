@@ -84,9 +84,9 @@ def stored_gpu_samples() -> int:
 
 def telemetry_cursors() -> dict[int, int]:
     """Each node's highest telemetry seq stored."""
-    from apps.telemetry.models import TelemetryCursor
+    from apps.telemetry.cursors import stored_seqs
 
-    return dict(TelemetryCursor.objects.values_list("node_id", "telemetry_seq"))
+    return {node_id: telemetry_seq for node_id, (telemetry_seq, _) in stored_seqs().items()}
 
 
 def wait_until_reporting(node_ids: list[int], since: dict[int, int], timeout_s: float) -> float | None:

@@ -27,9 +27,9 @@ from apps.failures.events import record_events as raise_failures
 from apps.inventory.models import Node
 from apps.jobs import dispatch as commands
 from apps.jobs import reports as command_reports
+from apps.telemetry import cursors
 from apps.telemetry.events import store_events as store_agent_events
 from apps.telemetry.ingest import ingestor
-from apps.telemetry.models import TelemetryCursor
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def duplicate_identity(node_id: int, detail: str) -> None:
 
 def reset_cursors(node_id: int, telemetry_seq: int, events_seq: int, now: datetime) -> tuple[int, int]:
     """Set the node's stored seqs (apps.telemetry); return what they were."""
-    return TelemetryCursor.objects.reset(node_id, telemetry_seq, events_seq, now)
+    return cursors.reset_seqs(node_id, telemetry_seq, events_seq, now)
 
 
 def forget_stored_seq(node_id: int) -> None:
@@ -71,8 +71,7 @@ def forget_stored_seq(node_id: int) -> None:
 
 def stored_cursors_of(node_ids: Sequence[int]) -> dict[int, tuple[int, int]]:
     """The highest telemetry and events seq stored for each of the nodes that has any, for their Welcomes."""
-    rows = TelemetryCursor.objects.filter(node_id__in=node_ids).values_list("node_id", "telemetry_seq", "events_seq")
-    return {node_id: (telemetry_seq, events_seq) for node_id, telemetry_seq, events_seq in rows}
+    return cursors.stored_seqs(node_ids)
 
 
 CommandReport = protocol.CommandStarted | protocol.CommandUpdate | protocol.CommandResult

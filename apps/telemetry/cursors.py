@@ -1,23 +1,23 @@
-"""Each node's sequence cursors (TelemetryCursor), read and advanced inside the writers' transactions.
+"""Each node's sequence cursors, read and advanced inside the writers' transactions.
 
-The telemetry writer claims a batch's seqs in one statement (``claim_telemetry_seqs``), packing the
-batch while the database works on it: each node's
-cursor row is created if missing, locked, advanced to the batch's highest seq and its value before
-returned, an ``INSERT ... ON CONFLICT DO UPDATE`` whose rows arrive in node order, so every writer
-takes the row locks in one order (no deadlocks). What was stored before comes back in
-``telemetry_seq_before``, set from the row as locked: a ``RETURNING`` gives the new values only, and
-reading the old ones from a subquery would read the statement's snapshot, which a concurrent writer
-may have overtaken. The events writer, one node and one message at a time, locks and advances its
-cursor with ``lock_cursors`` and ``advance_cursors``.
+On PostgreSQL the telemetry writer claims a batch's seqs with one log row (seqlog.py), packing the
+batch while the database takes the writers' lock; a node's stored telemetry cursor is its
+TelemetryCursor row joined with that log (``stored_seqs`` reads both). On SQLite, the demo's
+database, where a transaction holds the database's write lock, each node's cursor row is created if
+missing and advanced in ``INSERT ... ON CONFLICT DO UPDATE`` statements that return what it held
+before in ``telemetry_seq_before``, set from the row as locked (a ``RETURNING`` gives the new values
+only). The events writer, one node and one message at a time, locks and advances its cursor with
+``lock_cursors`` and ``advance_cursors``; ``reset_seqs`` sets both streams' from outside.
 """
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-import psycopg
+from django.db import connection, transaction
 from django.db.backends.utils import CursorWrapper
 
+from apps.telemetry import seqlog
 from apps.telemetry.models import TelemetryCursor
 
 T = TypeVar("T")
@@ -25,19 +25,9 @@ _TABLE = TelemetryCursor._meta.db_table
 _STREAMS = frozenset({"telemetry_seq", "events_seq"})
 _CHUNK = 500  # rows per VALUES list on SQLite: well under its parameter limit
 
-# On PostgreSQL the node ids and seqs travel as binary arrays to a statement prepared once per
-# connection: a list of a few hundred placeholders was parsed again for every batch (~12% of the
-# ingesting process's CPU in a profile at 800 agent messages a second), and arrays written out as
-# text cost the writer and the server a parse of their own (0.15 ms of 1.2 a batch of 250 nodes).
 _CLAIM_SET = (
-    "telemetry_seq_before = c.telemetry_seq, telemetry_seq = {greatest}(c.telemetry_seq, excluded.telemetry_seq), "
+    "telemetry_seq_before = c.telemetry_seq, telemetry_seq = max(c.telemetry_seq, excluded.telemetry_seq), "
     "updated_at = CASE WHEN excluded.telemetry_seq > c.telemetry_seq THEN excluded.updated_at ELSE c.updated_at END"
-)
-_CLAIM_POSTGRESQL = (
-    f"INSERT INTO {_TABLE} AS c (node_id, updated_at, telemetry_seq, events_seq, telemetry_seq_before) "
-    "SELECT v.node_id, %b, v.seq, 0, 0 FROM unnest(%b::bigint[], %b::bigint[]) AS v (node_id, seq) ORDER BY v.node_id "
-    f"ON CONFLICT (node_id) DO UPDATE SET {_CLAIM_SET.format(greatest='GREATEST')} "
-    "RETURNING c.node_id, c.telemetry_seq_before"
 )
 
 
@@ -45,33 +35,57 @@ def claim_telemetry_seqs(
     cursor: CursorWrapper, highest: Mapping[int, int], now: datetime, meanwhile: Callable[[], T]
 ) -> tuple[dict[int, int], T]:
     """Advance each node's telemetry cursor to ``highest[node]`` (never back) and return what it held
-    before (0 for a node met for the first time), with what ``meanwhile()`` gave; the rows stay locked
-    until the transaction ends. One statement on PostgreSQL, sent in pipeline mode (with the
-    transaction's BEGIN) so that ``meanwhile`` runs while the database claims: the writer packs its
-    batch then, about as long as the claim takes, instead of after it. On SQLite, where the
-    transaction holds the database's write lock, one statement per few hundred nodes, then
+    before (0 for a node met for the first time), with what ``meanwhile()`` gave; no other writer
+    claims the nodes until the transaction ends. On PostgreSQL one log row (seqlog.py), ``meanwhile``
+    running while the database takes the lock; on SQLite one statement per few hundred nodes, then
     ``meanwhile``."""
     if not highest:
         return {}, meanwhile()
-    node_ids = sorted(highest)
-    now = cursor.db.ops.adapt_datetimefield_value(now)
     if cursor.db.vendor == "postgresql":
-        connection = cursor.cursor.connection
-        with cursor.db.wrap_database_errors, psycopg.Cursor(connection) as binary:
-            with connection.pipeline():
-                binary.execute(_CLAIM_POSTGRESQL, [now, node_ids, [highest[n] for n in node_ids]], prepare=True)
-                done = meanwhile()
-            return dict(binary.fetchall()), done
+        return seqlog.claim(cursor, highest, now, meanwhile)
+    db_now = cursor.db.ops.adapt_datetimefield_value(now)
     before: dict[int, int] = {}
-    for values, params in values_lists([(n, now, highest[n]) for n in node_ids], row="(%s, %s, %s, 0, 0)"):
+    for values, params in values_lists([(n, db_now, highest[n]) for n in sorted(highest)], row="(%s, %s, %s, 0, 0)"):
         cursor.execute(
             f"INSERT INTO {_TABLE} AS c (node_id, updated_at, telemetry_seq, events_seq, telemetry_seq_before) "
-            f"VALUES {values} ON CONFLICT (node_id) DO UPDATE SET {_CLAIM_SET.format(greatest='max')} "
+            f"VALUES {values} ON CONFLICT (node_id) DO UPDATE SET {_CLAIM_SET} "
             "RETURNING node_id, telemetry_seq_before",
             params,
         )
         before.update(cursor.fetchall())
     return before, meanwhile()
+
+
+def stored_seqs(node_ids: Sequence[int] | None = None) -> dict[int, tuple[int, int]]:
+    """The highest telemetry and events seq stored for each of ``node_ids`` that has any (every such
+    node for None), as one snapshot of the database."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            return seqlog.stored_seqs(cursor, node_ids)
+        rows = TelemetryCursor.objects.all()
+        if node_ids is not None:
+            rows = rows.filter(node_id__in=node_ids)
+        return {
+            node_id: (telemetry, events)
+            for node_id, telemetry, events in rows.values_list("node_id", "telemetry_seq", "events_seq")
+        }
+
+
+def reset_seqs(node_id: int, telemetry_seq: int, events_seq: int, now: datetime) -> tuple[int, int]:
+    """Set the node's stored seqs (a new epoch: what its agent sends next is new from there on) and
+    return what they were. On PostgreSQL the log is folded into the rows first, under the writers'
+    lock, and the reset counted, so that every writer forgets what it remembers of the cursors."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            seqlog.fold_all(cursor, now)
+        stored = TelemetryCursor.objects.select_for_update().filter(node_id=node_id).first()
+        before = (stored.telemetry_seq, stored.events_seq) if stored else (0, 0)
+        TelemetryCursor.objects.update_or_create(
+            node_id=node_id, defaults={"telemetry_seq": telemetry_seq, "events_seq": events_seq, "updated_at": now}
+        )
+        if connection.vendor == "postgresql":
+            seqlog.count_reset(cursor)
+    return before
 
 
 def lock_cursors(cursor: CursorWrapper, node_ids: Sequence[int], stream: str, now: datetime) -> dict[int, int]:

@@ -6,17 +6,19 @@ Each sample becomes one row of its node's GPUs and one of its ports, packed (mod
 ~109,000 for ``executemany``), into the day's partition, which the writer creates if a scheduled task
 has not (partitions.py); on SQLite, the demo's database, with ``executemany``. Never a row at a time.
 
-Dedup is by sequence number: each node's cursor row is advanced to the batch's highest seq first
-thing in the transaction, in one statement that locks it and returns what it held (cursors.py),
-while this process packs the batch; a message whose seq is at or below that is dropped. Reading the
-cursor under a row lock every batch rather than trusting a copy held in memory is what keeps two
-server processes from both storing a node's replay after its agent reconnects to the other one.
+Dedup is by sequence number: each node's cursor is claimed at the batch's highest seq first thing
+in the transaction, returning what it held (cursors.py; on PostgreSQL one log row under the writers'
+lock, seqlog.py), while this process packs the batch and refreshes the due newest rows; a message
+whose seq is at or below what was stored is dropped. Claiming under a lock that every writer takes,
+and learning what the others stored since, rather than trusting what this process stored itself, is
+what keeps two server processes from both storing a node's replay after its agent reconnects to the
+other one.
 """
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -36,7 +38,7 @@ from apps.telemetry.models import (
     NodeGpuSample,
     NodePortSample,
 )
-from apps.telemetry.partitions import day_of, partition_days
+from apps.telemetry.partitions import partition_days
 
 log = logging.getLogger(__name__)
 
@@ -100,14 +102,22 @@ def write_batch(
         highest[node_id] = max(seq, highest.get(node_id, seq))
     due = latest_not_before or {}
     with transaction.atomic(using=using), connection.cursor() as cursor:
+
+        def pack_and_refresh_newest() -> _Rows:
+            rows = _rows(connection, batch, result.received_at, due)
+            # The whole batch's newest rows, replays included: a replayed sample was stored before,
+            # and a newest row never moves back in time. On PostgreSQL in the claim's pipeline.
+            _LATEST_GPUS.upsert(connection, cursor, rows.newest_gpus)
+            _LATEST_PORTS.upsert(connection, cursor, rows.newest_ports)
+            return rows
+
         # Each cursor advanced to the batch's highest seq at once, returning what it held: the
         # messages at or below that were stored before and are dropped below, in this transaction.
         # The whole batch is packed meanwhile, and packed again without them in the rare batch
         # that has any (an agent's replay).
-        stored_seq, rows = claim_telemetry_seqs(
-            cursor, highest, result.received_at, lambda: _rows(connection, batch, result.received_at, due)
-        )
+        stored_seq, rows = claim_telemetry_seqs(cursor, highest, result.received_at, pack_and_refresh_newest)
         result.cursors = {node_id: max(seq, stored_seq[node_id]) for node_id, seq in highest.items()}
+        result.latest_ts = rows.latest_ts()
         seen: set[tuple[int, int]] = set()
         for submission in batch:
             key = (submission.node_id, submission.message.seq)
@@ -117,7 +127,7 @@ def write_batch(
             seen.add(key)
             result.stored.append(submission)
         if result.duplicates:
-            rows = _rows(connection, result.stored, result.received_at, due)
+            rows = _rows(connection, result.stored, result.received_at, {})
         if result.stored:
             try:
                 _insert_samples(connection, cursor, NodeGpuSample, GPU_SAMPLE_COLUMNS, rows.gpus, rows.days)
@@ -125,9 +135,6 @@ def write_batch(
             except DatabaseError:
                 partition_days.forget()  # retention may have dropped a day this process thought it had
                 raise
-            _LATEST_GPUS.upsert(connection, cursor, rows.newest_gpus)
-            _LATEST_PORTS.upsert(connection, cursor, rows.newest_ports)
-            result.latest_ts = rows.latest_ts()
             result.gpu_rows, result.port_rows = rows.gpu_samples, rows.port_samples
     return result
 
@@ -169,34 +176,43 @@ def _rows(
     """Each sample packed into its node's rows; a due node's newest rows are the newest of them (the
     first of those with the same time). This runs for every sample of the fleet, at 1,000 nodes 1,000
     times a second."""
-    db_time = connection.ops.adapt_datetimefield_value  # psycopg: as is; SQLite: Django's text form
-    received = db_time(received_at)
-    pack_gpus, pack_ports = GPU_PACKING.pack_objects, PORT_PACKING.pack_objects
+    # psycopg takes datetimes as they are; SQLite wants Django's text form of each. Locals throughout:
+    # at 250 nodes a batch the loop's own lookups cost as much as packing the GPUs.
+    db_time = None if connection.vendor == "postgresql" else connection.ops.adapt_datetimefield_value
+    received = received_at if db_time is None else db_time(received_at)
+    pack_gpus, pack_ports, fromtimestamp = GPU_PACKING.pack_objects, PORT_PACKING.pack_objects, datetime.fromtimestamp
     rows = _Rows()
-    newest_gpus, newest_ports = rows.newest_gpus, rows.newest_ports
+    gpu_rows, port_rows, newest_gpus, newest_ports = rows.gpus, rows.ports, rows.newest_gpus, rows.newest_ports
+    epoch_days: set[int] = set()
+    gpu_samples = port_samples = 0
     for submission in stored:
         node_id = submission.node_id
         due_from = latest_not_before.get(node_id, 0.0)
         for sample in submission.message.samples:
-            moment = datetime.fromtimestamp(sample.ts, UTC)
-            ts = db_time(moment)
-            rows.days.add(day_of(moment))
-            due = sample.ts >= due_from
-            if sample.gpus:
-                row = (node_id, ts, received, pack_gpus(sample.gpus))
-                rows.gpus.append(row)
-                rows.gpu_samples += len(sample.gpus)
-                if due and sample.ts > newest_gpus.get(node_id, _NEVER)[0]:
-                    newest_gpus[node_id] = (sample.ts, row)
-            if sample.ports:
-                row = (node_id, ts, received, pack_ports(sample.ports))
-                rows.ports.append(row)
-                rows.port_samples += len(sample.ports)
-                if due and sample.ts > newest_ports.get(node_id, _NEVER)[0]:
-                    newest_ports[node_id] = (sample.ts, row)
+            sample_ts = sample.ts
+            moment = fromtimestamp(sample_ts, UTC)
+            ts = moment if db_time is None else db_time(moment)
+            epoch_days.add(int(sample_ts // _DAY_S))
+            due = sample_ts >= due_from
+            if readings := sample.gpus:
+                row = (node_id, ts, received, pack_gpus(readings))
+                gpu_rows.append(row)
+                gpu_samples += len(readings)
+                if due and sample_ts > newest_gpus.get(node_id, _NEVER)[0]:
+                    newest_gpus[node_id] = (sample_ts, row)
+            if readings := sample.ports:
+                row = (node_id, ts, received, pack_ports(readings))
+                port_rows.append(row)
+                port_samples += len(readings)
+                if due and sample_ts > newest_ports.get(node_id, _NEVER)[0]:
+                    newest_ports[node_id] = (sample_ts, row)
+    rows.gpu_samples, rows.port_samples = gpu_samples, port_samples
+    rows.days = {_EPOCH + timedelta(days=day) for day in epoch_days}  # as partitions.day_of gives them
     return rows
 
 
+_DAY_S = 86_400.0
+_EPOCH = date(1970, 1, 1)
 _NEVER: Newest = (float("-inf"), ())
 
 

@@ -18,6 +18,7 @@ from pytest_django.fixtures import Settings
 
 from apps.inventory.models import Node
 from apps.telemetry import ingest
+from apps.telemetry.cursors import stored_seqs
 from apps.telemetry.models import AgentEvent, NodeGpuSample, TelemetryCursor
 
 # An ack waits for its batch to commit; the product's 250 ms window only slows the tests down.
@@ -44,8 +45,7 @@ class StoredTelemetry:
     @database_sync_to_async
     def cursors(node: Node) -> tuple[int, int]:
         """The highest telemetry and events seq stored for the node."""
-        cursor = TelemetryCursor.objects.get(node=node)
-        return cursor.telemetry_seq, cursor.events_seq
+        return stored_seqs([node.pk])[node.pk]
 
     @staticmethod
     @database_sync_to_async

@@ -10,6 +10,7 @@ from rest_framework.test import APIClient
 from agents import protocol
 from apps.accounts.models import AuditLogEntry, User
 from apps.gateway.models import EnrollmentToken, GatewayCounter, NodeAgent
+from apps.telemetry.cursors import stored_seqs
 from apps.telemetry.models import TelemetryCursor
 from tests.gateway.conftest import NOW, enrolled_node, eventually, in_db
 
@@ -21,7 +22,7 @@ def telemetry(seq: int) -> protocol.Telemetry:
 
 
 def cursors(node) -> tuple[int, int]:
-    return TelemetryCursor.objects.values_list("telemetry_seq", "events_seq").get(node=node)
+    return stored_seqs([node.pk])[node.pk]
 
 
 @pytest.mark.asyncio

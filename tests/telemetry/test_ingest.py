@@ -11,8 +11,9 @@ from django.db import DatabaseError, connections
 
 from apps.core import events
 from apps.core.events import TelemetryStored
+from apps.telemetry.cursors import stored_seqs
 from apps.telemetry.ingest import LATEST_REFRESH_S, Ingestor
-from apps.telemetry.models import LatestGpuSample, NodeGpuSample, TelemetryCursor
+from apps.telemetry.models import LatestGpuSample, NodeGpuSample
 from tests.clock import ManualClock
 from tests.telemetry.conftest import T0, telemetry
 
@@ -50,7 +51,8 @@ def stored_rows(node_id: int) -> int:
 
 @sync_to_async
 def cursor_of(node_id: int) -> int | None:
-    return TelemetryCursor.objects.filter(node_id=node_id).values_list("telemetry_seq", flat=True).first()
+    stored = stored_seqs([node_id]).get(node_id)
+    return stored[0] if stored else None
 
 
 async def test_it_writes_many_nodes_submissions_as_one_batch(make_node, announced):

@@ -7,6 +7,8 @@ import pytest
 from django.db import DatabaseError, connection
 
 from agents.protocol import GpuSample, NodeSample, PortSample, Telemetry
+from apps.telemetry import seqlog
+from apps.telemetry.cursors import reset_seqs, stored_seqs
 from apps.telemetry.models import (
     GPU_FIELDS,
     PORT_SAMPLE_FIELDS,
@@ -20,6 +22,7 @@ from apps.telemetry.storage import Submission, write_batch
 from tests.telemetry.conftest import T0, every_gpu_field, every_port_field, gpu_sample, telemetry
 
 pytestmark = pytest.mark.django_db
+postgresql_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="the cursors' log is PostgreSQL's")
 
 
 def at(ts: float) -> datetime:
@@ -28,6 +31,29 @@ def at(ts: float) -> datetime:
 
 def gpu_samples(node) -> int:
     return NodeGpuSample.objects.filter(node=node).item_count()
+
+
+def telemetry_seqs() -> dict[int, int]:
+    """Each node's stored telemetry cursor, as a Welcome reads it (on PostgreSQL: row and log)."""
+    return {node_id: telemetry_seq for node_id, (telemetry_seq, _) in stored_seqs().items()}
+
+
+def in_another_process(work) -> None:
+    """Run ``work`` as another server process would: another thread, its own connection and memory."""
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as error:
+            failures.append(error)
+        finally:
+            connection.close()  # this thread's own connection
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=60)
+    assert failures == []
 
 
 def test_it_stores_every_protocol_field():
@@ -43,7 +69,7 @@ def test_it_stores_one_row_per_node_and_sample_with_every_gpu_and_port(make_node
     assert (gpu_samples(a), gpu_samples(b)) == (24, 4)
     assert NodePortSample.objects.filter(node=a).item_count() == 3
     assert result.cursors == {a.pk: 1, b.pk: 7}
-    assert dict(TelemetryCursor.objects.values_list("node_id", "telemetry_seq")) == {a.pk: 1, b.pk: 7}
+    assert telemetry_seqs() == {a.pk: 1, b.pk: 7}
 
 
 def test_it_gives_back_every_field_as_sent_and_absent_fields_still_absent(make_node):
@@ -144,14 +170,15 @@ def test_it_keeps_two_new_messages_of_one_node_and_drops_a_repeat_within_the_bat
     assert [s.message.seq for s in result.stored] == [4, 5]
     assert result.duplicates == 1
     assert gpu_samples(node) == 16
-    assert TelemetryCursor.objects.get(node=node).telemetry_seq == 5
+    assert telemetry_seqs() == {node.pk: 5}
 
 
+@pytest.mark.django_db(transaction=True)
 def test_it_reads_the_cursor_the_database_holds_not_a_copy(make_node):
     """Another process stored up to seq 9: this one must not store 8 again."""
     node = make_node()
     write_batch([Submission(node.pk, telemetry(3))])
-    TelemetryCursor.objects.filter(node=node).update(telemetry_seq=9)
+    in_another_process(lambda: write_batch([Submission(node.pk, telemetry(9, ts=T0 + 9))]))
     result = write_batch([Submission(node.pk, telemetry(8)), Submission(node.pk, telemetry(10))])
     assert [s.message.seq for s in result.stored] == [10]
     assert result.cursors == {node.pk: 10}
@@ -160,16 +187,13 @@ def test_it_reads_the_cursor_the_database_holds_not_a_copy(make_node):
 def test_a_cursor_is_claimed_once_a_batch_and_never_moves_back(make_node):
     node, new = make_node(), make_node()
     write_batch([Submission(node.pk, telemetry(7))])
-    advanced = TelemetryCursor.objects.get(node=node).updated_at
     result = write_batch([Submission(node.pk, telemetry(3)), Submission(new.pk, telemetry(2))])  # 3: a replay
     assert (result.duplicates, [s.node_id for s in result.stored]) == (1, [new.pk])
     assert result.cursors == {node.pk: 7, new.pk: 2}
-    cursors = {c.node_id: c for c in TelemetryCursor.objects.all()}
-    assert (cursors[node.pk].telemetry_seq, cursors[node.pk].updated_at) == (7, advanced)  # not advanced: as it was
-    assert (cursors[new.pk].telemetry_seq, cursors[new.pk].events_seq) == (2, 0)
+    assert stored_seqs() == {node.pk: (7, 0), new.pk: (2, 0)}  # 7 not moved back by the replay
     result = write_batch([Submission(node.pk, telemetry(9, ts=T0 + 9)), Submission(node.pk, telemetry(8, ts=T0 + 8))])
     assert [s.message.seq for s in result.stored] == [9, 8]  # both new: each seq above what was stored
-    assert TelemetryCursor.objects.get(node=node).telemetry_seq == 9
+    assert telemetry_seqs()[node.pk] == 9
 
 
 def test_the_newest_row_is_the_batchs_newest_sample_the_first_of_its_time(make_node):
@@ -184,10 +208,12 @@ def test_the_newest_row_is_the_batchs_newest_sample_the_first_of_its_time(make_n
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_writers_storing_the_same_replay_store_each_message_once(make_node):
+@pytest.mark.parametrize("fold_rows", [seqlog.FOLD_ROWS, 2], ids=["log-unfolded", "folded-often"])
+def test_two_writers_storing_the_same_replay_store_each_message_once(make_node, monkeypatch, fold_rows):
     """Two server processes given the same nodes' messages (an agent's replay after it reconnected to
-    the other), in opposite node orders: the cursors, claimed in one lock order, let each message in
-    once, and neither writer deadlocks or fails."""
+    the other), in opposite node orders: each message goes in once, and neither writer deadlocks or
+    fails; also when (on PostgreSQL) each folds the log under the other, rows it never read among them."""
+    monkeypatch.setattr(seqlog, "FOLD_ROWS", fold_rows)
     nodes = [make_node() for _ in range(60)]
     batches = [[Submission(n.pk, telemetry(seq, ts=T0 + seq, gpus=1)) for n in nodes] for seq in range(1, 11)]
     stored: list[list[tuple[int, int]]] = [[], []]
@@ -211,7 +237,33 @@ def test_two_writers_storing_the_same_replay_store_each_message_once(make_node):
     assert failures == []
     assert sorted(stored[0] + stored[1]) == sorted((n.pk, seq) for n in nodes for seq in range(1, 11))
     assert all(gpu_samples(n) == 10 for n in nodes)
-    assert set(TelemetryCursor.objects.values_list("telemetry_seq", flat=True)) == {10}
+    assert set(telemetry_seqs().values()) == {10}
+
+
+def test_a_reset_makes_every_writer_forget_what_it_remembers(make_node):
+    """A new credential resets a node's seqs to 0: its agent's next seq 1 is new, though this writer
+    (on PostgreSQL remembering the node's cursor at 7) stored up to 7 before."""
+    node = make_node()
+    write_batch([Submission(node.pk, telemetry(7))])
+    assert reset_seqs(node.pk, 0, 0, at(T0)) == (7, 0)
+    result = write_batch([Submission(node.pk, telemetry(1, ts=T0 + 60))])
+    assert ([s.message.seq for s in result.stored], result.cursors) == ([1], {node.pk: 1})
+    assert stored_seqs([node.pk]) == {node.pk: (1, 0)}
+
+
+@postgresql_only
+def test_the_log_is_folded_into_the_cursor_rows_and_stays_short(make_node, monkeypatch):
+    monkeypatch.setattr(seqlog, "FOLD_ROWS", 3)
+    nodes = [make_node() for _ in range(4)]
+    for seq in range(1, 11):
+        write_batch([Submission(n.pk, telemetry(seq, ts=T0 + seq)) for n in nodes[: 2 + seq % 3]])
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {seqlog.LOG_TABLE}")
+        assert cursor.fetchone()[0] <= 4  # folded every few rows, not kept
+    in_rows = dict(TelemetryCursor.objects.values_list("node_id", "telemetry_seq"))
+    assert 0 < in_rows[nodes[0].pk] <= 10  # rows advanced by folds, the newest batches still in the log
+    assert telemetry_seqs() == {nodes[0].pk: 10, nodes[1].pk: 10, nodes[2].pk: 10, nodes[3].pk: 8}
+    assert stored_seqs([nodes[3].pk, nodes[2].pk]) == {nodes[3].pk: (8, 0), nodes[2].pk: (10, 0)}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -222,7 +274,7 @@ def test_it_writes_nothing_when_the_database_refuses_part_of_the_batch(make_node
     with pytest.raises(DatabaseError):
         write_batch([Submission(node.pk, telemetry(3, ts=T0 + 5)), Submission(node.pk, telemetry(2, ts=T0 + 9))])
     assert gpu_samples(node) == 8
-    assert TelemetryCursor.objects.get(node=node).telemetry_seq == 1
+    assert telemetry_seqs() == {node.pk: 1}
     assert LatestGpuSample.objects.get(node=node).ts == at(T0)
 
 

@@ -1,7 +1,15 @@
 """Where telemetry lands: raw samples and rollups in the compact layout (docs/telemetry-storage.md),
 each node's newest GPU and port samples, the ingest cursors, and what agents' events left behind."""
 
-from apps.telemetry.models.ingest import AgentEvent, IngestProcess, LatestXid, TelemetryCursor, XidCount
+from apps.telemetry.models.ingest import (
+    AgentEvent,
+    IngestProcess,
+    LatestXid,
+    TelemetryCursor,
+    TelemetrySeqLog,
+    TelemetrySeqLogState,
+    XidCount,
+)
 from apps.telemetry.models.latest import LatestGpuSample, LatestPortSample, Reading
 from apps.telemetry.models.rollups import (
     ROLLUP_FIELDS,
@@ -44,5 +52,7 @@ __all__ = [
     "Reading",
     "RollupProgress",
     "TelemetryCursor",
+    "TelemetrySeqLog",
+    "TelemetrySeqLogState",
     "XidCount",
 ]

@@ -1,32 +1,22 @@
 """What an agent's events left behind (the events as received, each GPU's last XID and XID counts),
 each node's ingest cursor, and each server process's ingest totals."""
 
-from datetime import datetime
+import json
+from typing import Any
 
-from django.db import models, transaction
+from django.db import models
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from apps.inventory.models import Node
 from apps.telemetry.models.base import node_without_constraint
 
 
-class TelemetryCursorQuerySet(models.QuerySet["TelemetryCursor"]):
-    def reset(self, node_id: int, telemetry_seq: int, events_seq: int, now: datetime) -> tuple[int, int]:
-        """Set the node's stored seqs (a new epoch: what the agent sends next is new from there on);
-        return what they were."""
-        with transaction.atomic():
-            cursor = self.select_for_update().filter(node_id=node_id).first()
-            before = (cursor.telemetry_seq, cursor.events_seq) if cursor else (0, 0)
-            self.update_or_create(
-                node_id=node_id,
-                defaults={"telemetry_seq": telemetry_seq, "events_seq": events_seq, "updated_at": now},
-            )
-        return before
-
-
 class TelemetryCursor(models.Model):
-    """The highest message seq stored per node and stream. Advanced in the same transaction as
-    the rows, so "seq <= cursor" means "already stored": that is the whole dedup. An admin, or a
-    node's new credential, resets it (``reset``)."""
+    """The highest message seq stored per node and stream, advanced in the same transaction as the
+    rows, so "seq <= cursor" means "already stored": that is the whole dedup. On PostgreSQL a node's
+    telemetry seq is this row's joined with the log of the batches since the last fold
+    (apps/telemetry/seqlog.py): read it with ``cursors.stored_seqs``. An admin, or a node's new
+    credential, resets both (``cursors.reset_seqs``)."""
 
     node = models.OneToOneField(
         Node, on_delete=models.CASCADE, primary_key=True, db_constraint=False, related_name="telemetry_cursor"
@@ -36,15 +26,59 @@ class TelemetryCursor(models.Model):
     telemetry_seq_before = models.BigIntegerField(
         default=0,
         db_default=0,
-        help_text="The telemetry seq before the writer's last advance: what its one-statement claim returns "
+        help_text="The telemetry seq before the writer's last advance: what its claim on SQLite returns "
         "(apps/telemetry/cursors.py).",
     )
     updated_at = models.DateTimeField()
 
-    objects = TelemetryCursorQuerySet.as_manager()
-
     def __str__(self) -> str:
         return f"node {self.node_id}: telemetry {self.telemetry_seq}, events {self.events_seq}"
+
+
+class BigIntArrayField(models.Field):
+    """``bigint[]`` on PostgreSQL, where the cursors' log is folded and read in SQL (unnest); JSON text
+    elsewhere (SQLite keeps the per-node claim and writes no log)."""
+
+    def db_type(self, connection: BaseDatabaseWrapper) -> str:
+        return "bigint[]" if connection.vendor == "postgresql" else "text"
+
+    def get_db_prep_value(self, value: Any, connection: BaseDatabaseWrapper, prepared: bool = False) -> Any:
+        if value is None or connection.vendor == "postgresql":
+            return value
+        return json.dumps([int(item) for item in value])
+
+    def from_db_value(self, value: Any, expression: Any, connection: BaseDatabaseWrapper) -> list[int] | None:
+        return json.loads(value) if isinstance(value, str) else value
+
+
+class TelemetrySeqLog(models.Model):
+    """One telemetry batch's nodes and the seqs it advanced them to, on PostgreSQL, until a writer
+    folds it into TelemetryCursor (apps/telemetry/seqlog.py)."""
+
+    id = models.BigAutoField(primary_key=True)
+    node_ids = BigIntArrayField()
+    seqs = BigIntArrayField()
+
+    class Meta:
+        db_table = "telemetry_seqlog"
+
+    def __str__(self) -> str:
+        return f"cursors' log row {self.id}: {len(self.node_ids)} nodes"
+
+
+class TelemetrySeqLogState(models.Model):
+    """The cursors' log's one row (id 1): the last log row folded into TelemetryCursor, and a count of
+    resets, which starts anywhere (a recreated row never matches what a writer remembers)."""
+
+    id = models.SmallIntegerField(primary_key=True, default=1)
+    folded_through = models.BigIntegerField()
+    resets = models.BigIntegerField()
+
+    class Meta:
+        db_table = "telemetry_seqlog_state"
+
+    def __str__(self) -> str:
+        return f"cursors' log folded through row {self.folded_through}, {self.resets} resets"
 
 
 class AgentEvent(models.Model):
