@@ -178,10 +178,14 @@ def measure_copy_ratio(*, nodes: int = 250, batches: int = 300, warmup: int = 20
     rate = {name: samples / statistics.median(series) for name, series in times.items()}
     return {
         "copy_ratio": round(rate["writer"] / rate["binary"], 3),
+        # The mean counts what a median leaves out: the writer folding the cursors' log into their rows
+        # every few dozen batches (apps/telemetry/seqlog.py), and a busy machine's slow batches.
+        "copy_ratio_of_means": round(statistics.mean(times["binary"]) / statistics.mean(times["writer"]), 3),
         "writer_gpu_samples_per_s": round(rate["writer"]),
         "binary_copy_gpu_samples_per_s": round(rate["binary"]),
         "text_copy_gpu_samples_per_s": round(rate["text"]),
         "writer_batch_ms_p50": round(statistics.median(times["writer"]) * 1e3, 3),
+        "writer_batch_ms_mean": round(statistics.mean(times["writer"]) * 1e3, 3),
         "binary_copy_batch_ms_p50": round(statistics.median(times["binary"]) * 1e3, 3),
         "batch_gpu_rows": samples,
         "batches": batches,
@@ -201,7 +205,10 @@ def main() -> None:
     )
     print(f"raw binary COPY      {result['binary_copy_gpu_samples_per_s']:>10,} GPU samples/s  (rows ready-made)")
     print(f"raw text COPY        {result['text_copy_gpu_samples_per_s']:>10,} GPU samples/s")
-    print(f"copy_ratio           {result['copy_ratio']:.3f}  (target >= 0.5)")
+    print(
+        f"copy_ratio           {result['copy_ratio']:.3f}  (target >= 0.5; of the mean batch times: "
+        f"{result['copy_ratio_of_means']:.3f})"
+    )
     print(json.dumps(result))
 
 
