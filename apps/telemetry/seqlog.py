@@ -16,7 +16,7 @@ only the log rows appended since its last batch; its own row it reads back with 
 nothing remembered ever comes from a transaction that might not commit.
 
 What makes a connection forget: a fold of rows it never read (their seqs now live only in the table)
-and a reset, which may lower a cursor (``reset_telemetry_seq``: it folds everything, sets the row,
+and a reset, which may lower a cursor (``cursors.reset_seqs``: it folds everything, sets the row,
 and counts itself in ``telemetry_seqlog_state``). Both are in the one-row state table read with the
 log. Readers outside the writers (Welcome, the reset's answer, benchmarks) read row and log in one
 statement, one snapshot: ``stored_seqs``.
