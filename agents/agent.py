@@ -3,7 +3,9 @@
 Sampling runs on its own schedule whether or not the control plane is reachable, and never waits
 on the socket: each tick samples the collector, encodes and validates the sample against the wire
 protocol (a bad value is dropped and counted here, so it cannot poison a replayed batch of 600),
-appends it to the buffer and wakes the sender. Events (XIDs) go to their own stream the same way.
+appends it to the buffer and wakes the sender. With a ``send_interval`` longer than the sample
+interval, samples are held and appended together, one frame per send interval
+(``agents.batching``). Events (XIDs) go to their own stream at once, whatever the send interval.
 Discovery is re-read every ``discovery_interval`` seconds and sent whenever it changes.
 
 A real collector runs in one worker thread: NVML can block for seconds on a GPU that has fallen off
@@ -24,6 +26,7 @@ from typing import Final, TypeVar
 import msgspec
 
 from agents import __version__
+from agents.batching import SampleBatch
 from agents.buffer import TelemetryBuffer
 from agents.collectors.base import Collector
 from agents.commands.executor import CommandExecutor
@@ -37,6 +40,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S: Final = 1.0
 DEFAULT_DISCOVERY_INTERVAL_S: Final = 30.0
+DEFAULT_SEND_INTERVAL_S: Final = 0.0  # each sample sent as soon as it is taken
 
 _sample_validator = msgspec.json.Decoder(NodeSample)
 _event_validator = msgspec.json.Decoder(GpuEvent)
@@ -61,6 +65,7 @@ class Agent:
         credential: str,
         hostname: str,
         interval: float = DEFAULT_INTERVAL_S,
+        send_interval: float = DEFAULT_SEND_INTERVAL_S,
         heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL_S,
         discovery_interval: float = DEFAULT_DISCOVERY_INTERVAL_S,
         follow_server_interval: bool = True,
@@ -74,6 +79,7 @@ class Agent:
         self.hostname = hostname
         self.label = hostname
         self.interval = interval
+        self.batch = SampleBatch(send_interval)  # samples taken and not yet handed to the buffer
         self.discovery_interval = discovery_interval
         self.follow_server_interval = follow_server_interval
         self.clock = clock
@@ -102,16 +108,21 @@ class Agent:
             agent_version=__version__,
             hostname=self.hostname,
             simulated=self.collector.simulated,
-            buffered_samples=self.buffer.buffered_samples,
+            buffered_samples=self.buffered_samples,
             dropped_samples=self.buffer.dropped_samples,
         )
 
     def heartbeat(self) -> Heartbeat:
         return Heartbeat(
             ts=self.clock(),
-            buffered_samples=self.buffer.buffered_samples,
+            buffered_samples=self.buffered_samples,
             dropped_samples=self.buffer.dropped_samples,
         )
+
+    @property
+    def buffered_samples(self) -> int:
+        """Samples taken and not yet acknowledged: those the buffer holds, and those waiting for the next send."""
+        return self.buffer.buffered_samples + len(self.batch)
 
     def inventory(self) -> tuple[int, bytes | None]:
         return self._inventory_version, self._inventory
@@ -146,6 +157,8 @@ class Agent:
             self.close()
 
     def close(self) -> None:
+        if held := self.batch.take():
+            self.buffer.add("telemetry", held)  # spooled by close() with the rest, sent after the restart
         self.buffer.close()
         self.collector.close()
         if self._executor is not None:
@@ -181,16 +194,21 @@ class Agent:
         else:
             collected = self._collect(now, discover)
         self.samples_taken += 1
-        if collected.sample is not None:
-            self.buffer.add("telemetry", [collected.sample])
+        frames = self.batch.add(collected.sample, now, self.interval)
+        for samples in frames:
+            self.buffer.add("telemetry", samples)
         if collected.events:
             self.buffer.add("events", collected.events)
-        if collected.inventory is not None and collected.inventory != self._inventory:
+        inventory_changed = collected.inventory is not None and collected.inventory != self._inventory
+        if inventory_changed:
             if self._inventory is not None:
                 log.info("%s: inventory changed; reporting it", self.label)
             self._inventory = collected.inventory
             self._inventory_version += 1
-        self.wake.set()
+        # Held samples wake nobody: a send loop woken by each of them was a task switch per sample in the
+        # fleet simulator, for nothing to send.
+        if frames or collected.events or inventory_changed:
+            self.wake.set()
 
     def _collect(self, now: float, discover: bool) -> _Collected:
         """Read the collector and encode what it gives; may run in the collector thread."""

@@ -31,10 +31,12 @@ from agents.commandline import (
     EXIT_FAILURE,
     EXIT_OK,
     PROFILES,
+    SEND_INTERVAL_HELP,
     CommandFailed,
     enroll_or_fail,
     interval,
     run_until_signalled,
+    send_interval,
     server_url,
 )
 from agents.commands.executor import CommandExecutor
@@ -110,6 +112,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         credential=config.credential,
         hostname=config.hostname,
         interval=args.interval or config.interval_s or DEFAULT_INTERVAL_S,
+        send_interval=config.send_interval_s if args.send_interval is None else args.send_interval,
         follow_server_interval=args.interval is None and config.interval_s is None,
         commands=commands,
     )
@@ -226,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_cmd.add_argument(
         "--interval", type=interval, help="sample every S seconds, whatever the control plane asks (default: its)"
     )
+    run_cmd.add_argument("--send-interval", type=send_interval, metavar="S", help=SEND_INTERVAL_HELP)
     run_cmd.add_argument("--simulated", choices=PROFILES, metavar="PROFILE", help=f"simulated GPUs: {PROFILES}")
     run_cmd.add_argument("--seed", type=int, default=1, help="with --simulated: the model's seed")
     run_cmd.add_argument("--faults", help="with --simulated: the faults to script (the simulator's SPEC)")

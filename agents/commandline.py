@@ -10,7 +10,7 @@ import signal
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final
 
-from agents.config import normalized_server_url
+from agents.config import MAX_SEND_INTERVAL_S, normalized_server_url
 from agents.enrollment import Enrollment, EnrollmentFailed, enroll
 
 EXIT_OK: Final = 0
@@ -20,6 +20,10 @@ EXIT_REFUSED: Final = 3
 EXIT_UNREACHABLE: Final = 4
 EXIT_CONFIG: Final = 5
 PROFILES: Final = ("h100", "h200", "b200")  # the simulated GPU models a node can be
+SEND_INTERVAL_HELP: Final = (
+    "send telemetry at most every S seconds, the samples taken meanwhile in one frame; events go at once "
+    "(0: each sample as soon as it is taken)"
+)
 
 
 class CommandFailed(Exception):
@@ -86,4 +90,17 @@ def interval(text: str) -> float:
     value = positive(float)(text)
     if not 0.1 <= value <= 3600:
         raise argparse.ArgumentTypeError(f"{text} is outside 0.1 .. 3600 seconds")
+    return value
+
+
+def send_interval(text: str) -> float:
+    """Seconds between telemetry sends: 0 (each sample at once) up to ``MAX_SEND_INTERVAL_S``."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= MAX_SEND_INTERVAL_S:  # also refuses nan
+        raise argparse.ArgumentTypeError(
+            f"{text} is outside 0 .. {MAX_SEND_INTERVAL_S:g} seconds (0: send each sample as soon as it is taken)"
+        )
     return value

@@ -22,6 +22,9 @@ DEFAULT_CONFIG_PATH: Final = Path("/etc/cp-agent/agent.json")
 DEFAULT_STATE_DIR: Final = Path("/var/lib/cp-agent")
 ENROLL_PATH: Final = "/api/v1/agents/enroll"
 AGENT_SOCKET_PATH: Final = "/ws/agent"
+# Held samples are in memory only (agents.batching): a crash loses up to a send interval of them, and
+# the dashboard is that much behind. A minute bounds both.
+MAX_SEND_INTERVAL_S: Final = 60.0
 
 
 class ConfigError(Exception):
@@ -36,6 +39,8 @@ class AgentConfig(msgspec.Struct, kw_only=True):
     credential: Annotated[str, msgspec.Meta(min_length=1)]
     state_dir: str = str(DEFAULT_STATE_DIR)
     interval_s: Annotated[float, msgspec.Meta(ge=0.1, le=3600)] | None = None  # None: the control plane's
+    # Telemetry sent at most this often, the samples taken between sends in one frame; 0: each at once.
+    send_interval_s: Annotated[float, msgspec.Meta(ge=0, le=MAX_SEND_INTERVAL_S)] = 0.0
 
 
 class SimulatedNodeCredential(msgspec.Struct):

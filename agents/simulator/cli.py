@@ -12,17 +12,19 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from agents.agent import DEFAULT_INTERVAL_S
+from agents.agent import DEFAULT_INTERVAL_S, DEFAULT_SEND_INTERVAL_S
 from agents.commandline import (
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_USAGE,
     PROFILES,
+    SEND_INTERVAL_HELP,
     CommandFailed,
     enroll_or_fail,
     interval,
     positive,
     run_until_signalled,
+    send_interval,
     server_url,
 )
 from agents.config import (
@@ -52,6 +54,13 @@ def add_command(command: Callable[[str, Callable[[argparse.Namespace], int], str
     sim.add_argument("--faults", help="the faults to script (the simulator's SPEC; default: none)")
     sim.add_argument(
         "--interval", type=interval, help="sample every S seconds, whatever the control plane asks (default: its)"
+    )
+    sim.add_argument(
+        "--send-interval",
+        type=send_interval,
+        default=DEFAULT_SEND_INTERVAL_S,
+        metavar="S",
+        help=f"every node: {SEND_INTERVAL_HELP} (default 0)",
     )
     sim.add_argument("--duration", type=positive(float), help="stop after S seconds (default: at a signal)")
     sim.add_argument(
@@ -86,6 +95,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             args.faults,
             stop=stop,
             interval=args.interval or DEFAULT_INTERVAL_S,
+            send_interval=args.send_interval,
             follow_server_interval=args.interval is None,
             collector_factory=factory,
         )

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from agents.agent import DEFAULT_INTERVAL_S, Agent
+from agents.agent import DEFAULT_INTERVAL_S, DEFAULT_SEND_INTERVAL_S, Agent
 from agents.buffer import TelemetryBuffer
 from agents.collectors.base import Collector
 from agents.commands.executor import CommandExecutor
@@ -70,6 +70,7 @@ async def run_fleet(
     *,
     stop: asyncio.Event | None = None,
     interval: float = DEFAULT_INTERVAL_S,
+    send_interval: float = DEFAULT_SEND_INTERVAL_S,
     follow_server_interval: bool = True,
     heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL_S,
     buffer_frames: int = DEFAULT_BUFFER_FRAMES,
@@ -90,6 +91,7 @@ async def run_fleet(
             credential=credential,
             hostname=hostname,
             interval=interval,
+            send_interval=send_interval,
             follow_server_interval=follow_server_interval,
             heartbeat_interval=heartbeat_interval,
             collect_in_thread=False,
@@ -157,6 +159,6 @@ def _log_summary(agents: list[SimulatedNodeAgent]) -> None:
         sum(agent.transport.connected for agent in agents),
         sum(agent.dead for agent in agents),
         sum(agent.samples_taken for agent in agents),
-        sum(agent.buffer.buffered_samples for agent in agents),
+        sum(agent.buffered_samples for agent in agents),
         sum(agent.buffer.dropped_samples for agent in agents),
     )
