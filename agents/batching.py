@@ -18,13 +18,20 @@ Held samples are in memory only, like the buffer's newest frames: the agent hand
 when it stops, so a SIGTERM spools them, and a crash loses at most one send interval of them.
 """
 
+import math
 from typing import Final
 
 from agents.protocol import FRAME_SPLICERS
 
-# Decimal intervals are not exact in binary (7 x 0.1 < 0.7): a count that reaches the send interval
+# Decimal intervals are not exact in binary (3 x 0.3 < 0.9): a count that reaches the send interval
 # within this share of it has reached it.
 _TOLERANCE: Final = 1e-9
+
+
+def samples_per_frame(send_interval: float, interval: float) -> int:
+    """How many samples an agent sampling every ``interval`` sends in one frame: a send interval's worth,
+    rounded up (never more often than asked), at least one."""
+    return max(1, math.ceil(send_interval / interval * (1 - _TOLERANCE)))
 
 
 class SampleBatch:
@@ -59,5 +66,5 @@ class SampleBatch:
         return samples
 
     def _due(self, now: float, interval: float) -> bool:
-        full = len(self._samples) * interval >= self.send_interval * (1 - _TOLERANCE)
+        full = len(self._samples) >= samples_per_frame(self.send_interval, interval)
         return full or now - self._oldest_at >= self.send_interval

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from agents.batching import SampleBatch
+from agents.batching import SampleBatch, samples_per_frame
 from agents.cli import main
 from agents.commandline import EXIT_CONFIG, EXIT_OK
 from agents.protocol import MAX_FRAME_BYTES, MAX_SAMPLES_PER_FRAME, GpuEvent
@@ -26,6 +26,14 @@ def fill(batch: SampleBatch, count: int, *, interval: float, start: float = 0.0)
     for i in range(count):
         due += batch.add(b"s%d" % i, start + i * interval, interval)
     return due
+
+
+@pytest.mark.parametrize(
+    ("send_interval", "interval", "expected"),
+    [(0.0, 1.0, 1), (0.5, 1.0, 1), (1.0, 0.25, 4), (1.0, 0.3, 4), (0.9, 0.3, 3), (60.0, 0.1, 600)],
+)
+def test_a_frame_holds_a_send_intervals_worth_of_samples_rounded_up_and_at_least_one(send_interval, interval, expected):
+    assert samples_per_frame(send_interval, interval) == expected
 
 
 @pytest.mark.parametrize("send_interval", [0.0, 0.5, 1.0])
