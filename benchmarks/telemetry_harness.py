@@ -24,7 +24,7 @@ CONNECTION_LOST = re.compile(r": (?:cannot talk to \S+ \((.*)\); retrying|connec
 SUMMARY = re.compile(
     r"fleet: (\d+) node\(s\), (\d+) connected, (\d+) dead; (\d+) samples taken, (\d+) buffered, (\d+) dropped"
 )
-SETTLED_BUFFERED_PER_NODE = 2
+SETTLED_FRAMES_PER_NODE = 2  # a node's frame in flight, and the samples it holds for the next one
 
 
 def machine_load() -> float:
@@ -134,6 +134,7 @@ class Fleet:
         work: Path,
         duration_s: float,
         faults: str | None = None,
+        send_interval: float = 0.0,
     ) -> None:
         import msgspec
 
@@ -151,6 +152,7 @@ class Fleet:
             command += ["--credentials-file", str(path), "--nodes", str(len(part)), "--profile", "h100"]
             command += ["--seed", str(number + 1), "--duration", str(duration_s)]
             command += ["--interval", str(interval)] if interval else []
+            command += ["--send-interval", str(send_interval)] if send_interval else []
             command += ["--faults", faults] if faults else []  # each process applies those of its nodes
             process = subprocess.Popen(
                 command, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -196,16 +198,16 @@ class Fleet:
             simulator.process.kill()
 
 
-def settle(fleet: Fleet, nodes: int, timeout_s: float) -> bool:
+def settle(fleet: Fleet, nodes: int, timeout_s: float, samples_per_frame: int = 1) -> bool:
     """Wait until the backlog of the fleet's connect (discoveries, replays) is stored: every node holds
-    at most a couple of unacknowledged samples, as of simulator summaries newer than the call. False
-    if it never gets there (the server is behind)."""
+    at most a couple of frames' worth of unacknowledged samples, as of simulator summaries newer than
+    the call. False if it never gets there (the server is behind)."""
     deadline = time.monotonic() + timeout_s
     seen = fleet.summaries_seen()
     while time.monotonic() < deadline:
         buffered = fleet.buffered()
         fresh = fleet.summaries_seen() >= seen + len(fleet.simulators)
-        if fresh and buffered is not None and buffered <= SETTLED_BUFFERED_PER_NODE * nodes:
+        if fresh and buffered is not None and buffered <= SETTLED_FRAMES_PER_NODE * samples_per_frame * nodes:
             return True
         time.sleep(0.5)
     return False
