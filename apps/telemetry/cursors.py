@@ -32,7 +32,11 @@ _CLAIM_SET = (
 
 
 def claim_telemetry_seqs(
-    cursor: CursorWrapper, highest: Mapping[int, int], now: datetime, meanwhile: Callable[[], T]
+    cursor: CursorWrapper,
+    highest: Mapping[int, int],
+    lowest: Mapping[int, int],
+    now: datetime,
+    meanwhile: Callable[[], T],
 ) -> tuple[dict[int, int], T]:
     """Advance each node's telemetry cursor to ``highest[node]`` (never back) and return what it held
     before (0 for a node met for the first time), with what ``meanwhile()`` gave; no other writer
@@ -42,7 +46,7 @@ def claim_telemetry_seqs(
     if not highest:
         return {}, meanwhile()
     if cursor.db.vendor == "postgresql":
-        return seqlog.claim(cursor, highest, now, meanwhile)
+        return seqlog.claim(cursor, highest, lowest, now, meanwhile)
     db_now = cursor.db.ops.adapt_datetimefield_value(now)
     before: dict[int, int] = {}
     for values, params in values_lists([(n, db_now, highest[n]) for n in sorted(highest)], row="(%s, %s, %s, 0, 0)"):

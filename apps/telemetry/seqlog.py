@@ -24,6 +24,7 @@ statement, one snapshot: ``stored_seqs``.
 SQLite, the demo's database, has one writer at a time and keeps the per-node claim (cursors.py).
 """
 
+import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from django.db.backends.utils import CursorWrapper
 
 from apps.telemetry.models import TelemetryCursor, TelemetrySeqLog, TelemetrySeqLogState
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 FOLD_ROWS: Final = 32  # log rows a writer lets pile up before it folds them into the table
 LOG_TABLE: Final = TelemetrySeqLog._meta.db_table
@@ -75,6 +77,15 @@ _FOLD = (
     "updated_at = CASE WHEN excluded.telemetry_seq > c.telemetry_seq THEN excluded.updated_at ELSE c.updated_at END"
 )
 _FOLDED_THROUGH = f"UPDATE {STATE_TABLE} SET folded_through = %b"
+# A node's stored cursor from its row and every log row but this transaction's own (the highest id).
+_STORED_BEFORE_NOW = (
+    "SELECT n.node_id, GREATEST(c.telemetry_seq, l.seq) FROM unnest(%b::bigint[]) AS n (node_id) "
+    f"LEFT JOIN {_CURSORS} c ON c.node_id = n.node_id "
+    "LEFT JOIN (SELECT a.node_id, max(a.seq) AS seq "
+    f"FROM {LOG_TABLE} l, unnest(l.node_ids, l.seqs) AS a (node_id, seq) "
+    f"WHERE a.node_id = ANY(%b::bigint[]) AND l.id < (SELECT max(id) FROM {LOG_TABLE}) GROUP BY a.node_id) l "
+    "ON l.node_id = n.node_id WHERE c.node_id IS NOT NULL OR l.node_id IS NOT NULL"
+)
 _STORED = (
     "SELECT n.node_id, GREATEST(c.telemetry_seq, l.seq), coalesce(c.events_seq, 0) "
     "FROM unnest(%s::bigint[]) AS n (node_id) "
@@ -138,7 +149,11 @@ def _memory_of(alias: str) -> _Memory:
 
 
 def claim(
-    cursor: CursorWrapper, highest: Mapping[int, int], now: datetime, meanwhile: Callable[[], T]
+    cursor: CursorWrapper,
+    highest: Mapping[int, int],
+    lowest: Mapping[int, int],
+    now: datetime,
+    meanwhile: Callable[[], T],
 ) -> tuple[dict[int, int], T]:
     """Under the writers' lock, each node's stored cursor (0 for a node never stored), with what
     ``meanwhile()`` gave; and a log row appended that advances each node to ``highest[node]`` (a
@@ -174,12 +189,28 @@ def claim(
             binary.execute(_TABLE_SEQS, [missing], prepare=True)
             memory.learn(missing, dict(binary.fetchall()))
         before = {node_id: memory.exact[node_id] for node_id in highest}
+        if replays := [node_id for node_id, seq in lowest.items() if seq <= before[node_id]]:
+            before.update(_confirmed(binary, memory, replays, before))
         if appended - folded_through > FOLD_ROWS:
             # Through the rows this connection has read, not its own new one: it reads that back with
             # its next batch like any other, and so goes on remembering what it knows.
             binary.execute(_FOLD, [memory.read_through, now], prepare=True)
             binary.execute(_FOLDED_THROUGH, [memory.read_through], prepare=True)
     return before, done
+
+
+def _confirmed(binary: psycopg.Cursor, memory: _Memory, node_ids: list[int], before: dict[int, int]) -> dict[int, int]:
+    """The stored cursors of nodes whose messages memory says were stored before, read from the table
+    and the whole log: a message is dropped on the database's word, never on a memory's alone. A
+    replay is rare (an agent reconnecting), so this costs nothing in the steady state; a memory found
+    wrong is forgotten whole, and said so."""
+    binary.execute(_STORED_BEFORE_NOW, [node_ids, node_ids], prepare=True)
+    stored = {node_id: 0 for node_id in node_ids} | {node_id: seq for node_id, seq in binary.fetchall()}
+    if wrong := {node_id: (before[node_id], seq) for node_id, seq in stored.items() if seq != before[node_id]}:
+        log.warning("telemetry cursors remembered wrongly, forgotten (node: remembered, stored): %s", wrong)
+        # A count of resets no state holds: the next batch reads the whole log and the table afresh.
+        memory.forget(folded_through=memory.folded_through, resets=-1)
+    return stored
 
 
 def _array(numbers: Iterable[int]) -> str:

@@ -97,9 +97,11 @@ def write_batch(
     if not batch:
         return result
     highest: dict[int, int] = {}
+    lowest: dict[int, int] = {}  # a node's lowest seq: at or below what was stored, its replay is confirmed
     for submission in batch:
         node_id, seq = submission.node_id, submission.message.seq
         highest[node_id] = max(seq, highest.get(node_id, seq))
+        lowest[node_id] = min(seq, lowest.get(node_id, seq))
     due = latest_not_before or {}
     with transaction.atomic(using=using), connection.cursor() as cursor:
 
@@ -115,7 +117,7 @@ def write_batch(
         # messages at or below that were stored before and are dropped below, in this transaction.
         # The whole batch is packed meanwhile, and packed again without them in the rare batch
         # that has any (an agent's replay).
-        stored_seq, rows = claim_telemetry_seqs(cursor, highest, result.received_at, pack_and_refresh_newest)
+        stored_seq, rows = claim_telemetry_seqs(cursor, highest, lowest, result.received_at, pack_and_refresh_newest)
         result.cursors = {node_id: max(seq, stored_seq[node_id]) for node_id, seq in highest.items()}
         result.latest_ts = rows.latest_ts()
         seen: set[tuple[int, int]] = set()

@@ -266,6 +266,21 @@ def test_the_log_is_folded_into_the_cursor_rows_and_stays_short(make_node, monke
     assert stored_seqs([nodes[3].pk, nodes[2].pk]) == {nodes[3].pk: (8, 0), nodes[2].pk: (10, 0)}
 
 
+@postgresql_only
+def test_a_replay_is_dropped_on_the_databases_word_not_on_a_writers_memory_alone(make_node, caplog):
+    """A writer whose memory of a cursor is wrong (however it came to be) must not drop new messages
+    as replays: a message is dropped only once the database confirms it was stored."""
+    node = make_node()
+    write_batch([Submission(node.pk, telemetry(1))])
+    write_batch([Submission(node.pk, telemetry(2, ts=T0 + 2))])  # the writer now remembers the node at 1
+    seqlog._memory_of(connection.alias).exact[node.pk] = 99  # wrong, as a stale memory would be
+    result = write_batch([Submission(node.pk, telemetry(3, ts=T0 + 3)), Submission(node.pk, telemetry(2))])
+    assert ([s.message.seq for s in result.stored], result.duplicates) == ([3], 1)  # 2 confirmed stored
+    assert "remembered wrongly" in caplog.text
+    result = write_batch([Submission(node.pk, telemetry(4, ts=T0 + 4))])  # the memory learnt afresh
+    assert ([s.message.seq for s in result.stored], telemetry_seqs()) == ([4], {node.pk: 4})
+
+
 @pytest.mark.django_db(transaction=True)
 def test_it_writes_nothing_when_the_database_refuses_part_of_the_batch(make_node, request):
     node = make_node()
