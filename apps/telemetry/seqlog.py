@@ -176,9 +176,9 @@ def claim(
             # A reset, a fold of rows this connection never read, or a database that went back (a
             # restored backup, a test's rollback): what it remembers may be wrong. The table holds
             # every folded row; the rows after them are read again if this connection had passed them.
-            if memory.read_through > folded_through:
-                binary.execute(_READ_ROWS, [folded_through, memory.read_through + 1], prepare=True)
-                rows = binary.fetchall() + rows
+            if memory.read_through > folded_through:  # up to this batch's own row, which is not news
+                binary.execute(_READ_ROWS, [folded_through, appended], prepare=True)
+                rows = binary.fetchall()
             memory.forget(folded_through=folded_through, resets=resets)
         memory.folded_through = folded_through
         for row_id, node_ids, seqs in rows:

@@ -281,6 +281,24 @@ def test_a_replay_is_dropped_on_the_databases_word_not_on_a_writers_memory_alone
     assert ([s.message.seq for s in result.stored], telemetry_seqs()) == ([4], {node.pk: 4})
 
 
+@postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_a_log_made_again_from_its_first_id_is_read_afresh(make_node, caplog):
+    """The log and its state made again (a migration undone and redone, as the migration tests do): a
+    writer that had read far into the old log must read the new one from its start, not its own
+    batch's row among it, which would make the batch's messages look stored before."""
+    old = make_node()
+    for seq in range(1, 6):
+        write_batch([Submission(old.pk, telemetry(seq, ts=T0 + seq))])
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {seqlog.LOG_TABLE}, {seqlog.STATE_TABLE} RESTART IDENTITY")
+    node = make_node()
+    result = write_batch([Submission(node.pk, telemetry(1))])
+    assert ([s.message.seq for s in result.stored], result.cursors) == ([1], {node.pk: 1})
+    assert "remembered wrongly" not in caplog.text  # right the first time, not saved by the check
+    assert telemetry_seqs()[node.pk] == 1
+
+
 @pytest.mark.django_db(transaction=True)
 def test_it_writes_nothing_when_the_database_refuses_part_of_the_batch(make_node, request):
     node = make_node()
