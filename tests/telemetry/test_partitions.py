@@ -8,9 +8,8 @@ from django.db import DatabaseError, connection
 from django.test.utils import CaptureQueriesContext
 
 from agents.protocol import GpuSample
-from apps.telemetry import storage
 from apps.telemetry.models import NodeGpuSample, NodeHourRollup, NodeMinuteRollup, NodePortSample
-from apps.telemetry.partitions import PartitionDays, existing_days
+from apps.telemetry.partitions import existing_days
 from apps.telemetry.queries import WINDOWS, node_series
 from apps.telemetry.retention import apply_retention, create_partitions_ahead
 from apps.telemetry.rollups import stats_of
@@ -89,10 +88,7 @@ def test_the_writer_makes_the_partition_of_a_day_nobody_made(make_node):
 
 @postgresql_only
 @pytest.mark.django_db(transaction=True)
-def test_a_writer_whose_day_retention_dropped_makes_it_again_on_the_next_batch(make_node, monkeypatch):
-    # The writer's own account of the days, so that no other test's server shutting down in this process
-    # (which forgets every day) can make it create 1 June again before its failed batch.
-    monkeypatch.setattr(storage, "partition_days", PartitionDays())
+def test_a_writer_whose_day_retention_dropped_makes_it_again_on_the_next_batch(make_node):
     node = make_node()
     ts = datetime(2030, 6, 1, 8, tzinfo=UTC).timestamp()
     write_batch([Submission(node.pk, telemetry(1, ts=ts))])  # committed: this process now knows 1 June
