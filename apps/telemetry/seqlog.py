@@ -77,29 +77,30 @@ _FOLD = (
     "updated_at = CASE WHEN excluded.telemetry_seq > c.telemetry_seq THEN excluded.updated_at ELSE c.updated_at END"
 )
 _FOLDED_THROUGH = f"UPDATE {STATE_TABLE} SET folded_through = %b"
-# A node's stored cursor from its row and every log row but this transaction's own (the highest id).
-_STORED_BEFORE_NOW = (
-    "SELECT n.node_id, GREATEST(c.telemetry_seq, l.seq) FROM unnest(%b::bigint[]) AS n (node_id) "
-    f"LEFT JOIN {_CURSORS} c ON c.node_id = n.node_id "
-    "LEFT JOIN (SELECT a.node_id, max(a.seq) AS seq "
-    f"FROM {LOG_TABLE} l, unnest(l.node_ids, l.seqs) AS a (node_id, seq) "
-    f"WHERE a.node_id = ANY(%b::bigint[]) AND l.id < (SELECT max(id) FROM {LOG_TABLE}) GROUP BY a.node_id) l "
-    "ON l.node_id = n.node_id WHERE c.node_id IS NOT NULL OR l.node_id IS NOT NULL"
+# Each node's highest seq in the log (``{where}``: which nodes, which rows).
+_LOG_MAXIMA = (
+    f"SELECT a.node_id, max(a.seq) AS seq FROM {LOG_TABLE} l, unnest(l.node_ids, l.seqs) AS a (node_id, seq) "
+    "{where} GROUP BY a.node_id"
 )
-_STORED = (
-    "SELECT n.node_id, GREATEST(c.telemetry_seq, l.seq), coalesce(c.events_seq, 0) "
-    "FROM unnest(%s::bigint[]) AS n (node_id) "
-    f"LEFT JOIN {_CURSORS} c ON c.node_id = n.node_id "
-    "LEFT JOIN (SELECT a.node_id, max(a.seq) AS seq "
-    f"FROM {LOG_TABLE} l, unnest(l.node_ids, l.seqs) AS a (node_id, seq) "
-    "WHERE a.node_id = ANY(%s::bigint[]) GROUP BY a.node_id) l ON l.node_id = n.node_id "
-    "WHERE c.node_id IS NOT NULL OR l.node_id IS NOT NULL"
-)
+
+
+def _stored_of_nodes(log_rows: str = "") -> str:
+    """Each listed node's stored telemetry and events seq, from its row and the log's rows (those
+    ``log_rows`` admits), of the nodes that have either."""
+    maxima = _LOG_MAXIMA.format(where=f"WHERE a.node_id = ANY(%s::bigint[]){log_rows}")
+    return (
+        "SELECT n.node_id, GREATEST(c.telemetry_seq, l.seq), coalesce(c.events_seq, 0) "
+        f"FROM unnest(%s::bigint[]) AS n (node_id) LEFT JOIN {_CURSORS} c ON c.node_id = n.node_id "
+        f"LEFT JOIN ({maxima}) l ON l.node_id = n.node_id WHERE c.node_id IS NOT NULL OR l.node_id IS NOT NULL"
+    )
+
+
+_STORED = _stored_of_nodes()
+# Every log row but this transaction's own (the highest id): what was stored before this batch.
+_STORED_BEFORE_NOW = _stored_of_nodes(f" AND l.id < (SELECT max(id) FROM {LOG_TABLE})")
 _STORED_ALL = (
     "SELECT coalesce(c.node_id, l.node_id), GREATEST(c.telemetry_seq, l.seq), coalesce(c.events_seq, 0) "
-    f"FROM {_CURSORS} c FULL JOIN (SELECT a.node_id, max(a.seq) AS seq "
-    f"FROM {LOG_TABLE} l, unnest(l.node_ids, l.seqs) AS a (node_id, seq) GROUP BY a.node_id) l "
-    "ON l.node_id = c.node_id"
+    f"FROM {_CURSORS} c FULL JOIN ({_LOG_MAXIMA.format(where='')}) l ON l.node_id = c.node_id"
 )
 
 
@@ -205,7 +206,7 @@ def _confirmed(binary: psycopg.Cursor, memory: _Memory, node_ids: list[int], bef
     replay is rare (an agent reconnecting), so this costs nothing in the steady state; a memory found
     wrong is forgotten whole, and said so."""
     binary.execute(_STORED_BEFORE_NOW, [node_ids, node_ids], prepare=True)
-    stored = {node_id: 0 for node_id in node_ids} | {node_id: seq for node_id, seq in binary.fetchall()}
+    stored = {node_id: 0 for node_id in node_ids} | {node_id: seq for node_id, seq, _ in binary.fetchall()}
     if wrong := {node_id: (before[node_id], seq) for node_id, seq in stored.items() if seq != before[node_id]}:
         log.warning("telemetry cursors remembered wrongly, forgotten (node: remembered, stored): %s", wrong)
         # A count of resets no state holds: the next batch reads the whole log and the table afresh.
